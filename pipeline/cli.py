@@ -1,0 +1,50 @@
+"""`relabel`: run | demo | schema (also `python -m pipeline`)."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+EXIT_OK, EXIT_INTERNAL, EXIT_USAGE, EXIT_DEAD = 0, 1, 2, 3
+
+
+def main(argv: list[str] | None = None) -> int:
+    import logging
+    logging.basicConfig(level=logging.ERROR)  # Beam's import-time warnings are not the user's business
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = argparse.ArgumentParser(prog="relabel", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("run", help="relabel stored rollouts into Parquet training rows", add_help=False)
+    demo = sub.add_parser("demo", help="generate a small realistic rollout set and relabel it")
+    demo.add_argument("--workdir", default="demo_run")
+    demo.add_argument("--seed", type=int, default=0)
+    sub.add_parser("schema", help="print the input, training-row and dead-letter schemas")
+    if argv[:1] == ["run"]:
+        return run_command(argv[1:])
+    args = parser.parse_args(argv)
+    if args.command == "schema":
+        import schemas
+        print(schemas.describe())
+        return EXIT_OK
+    from pipeline.demo import run_demo
+    return run_demo(args.workdir, seed=args.seed)
+
+
+def run_command(argv: list[str]) -> int:
+    if "-h" in argv or "--help" in argv:
+        from pipeline.options import full_parser
+        full_parser().print_help()
+        return EXIT_OK
+    from pipeline.runner import RunOutcome, run
+    from pipeline.options import UsageError
+    try:
+        outcome: RunOutcome = run(argv)
+    except UsageError as error:
+        print(f"relabel: error: {error}", file=sys.stderr)
+        return EXIT_USAGE
+    print(outcome.summary())
+    return outcome.exit_code
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

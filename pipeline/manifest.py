@@ -1,0 +1,92 @@
+"""The run manifest: what was read, written, dead-lettered and filtered, and how it was made.
+
+Pure functions; transforms/write_manifest.py writes it, last, through FileSystems.
+"""
+from __future__ import annotations
+
+import json
+
+import schemas
+
+MANIFEST_NAME = "_manifest.json"
+
+
+class AccountingError(RuntimeError):
+    """rows in != rows out + dead + filtered: something was lost; never commit such a run."""
+
+
+class TooManyDeadRows(RuntimeError):
+    """--max-dead-fraction exceeded: the run is not committed."""
+
+
+def build_manifest(record: dict, fingerprint: str, inputs: list[dict], stats: list[dict],
+                   max_dead_fraction: float | None = None) -> dict:
+    reads = {s["source"]: s for s in stats if s["kind"] == "read"}
+    written = {s["source"]: s for s in stats if s["kind"] == "file"}
+    batches = [s for s in stats if s["kind"] == "batch"]
+    dead = _one(stats, "dead")
+    filtered = _one(stats, "filtered")
+
+    files = []
+    for item in sorted(inputs, key=lambda i: i["path"]):
+        path = item["path"]
+        read = reads.get(path, {})
+        out = written.get(path, {})
+        files.append({
+            "path": path, "size": item.get("size"), "mtime": item.get("mtime"),
+            "output": out.get("output"), "rows_in": read.get("rows_in", 0), "rows_out": out.get("rows_out", 0),
+            "rows_dead": dead["by_source"].get(path, 0), "rows_filtered": filtered["by_source"].get(path, 0),
+            "unreadable": read.get("reason"),
+        })
+    counts = {
+        "files": len(files),
+        "files_unreadable": sum(1 for f in files if f["unreadable"]),
+        "rows_in": sum(f["rows_in"] for f in files),
+        "rows_out": sum(f["rows_out"] for f in files),
+        "rows_dead": dead["rows"],
+        "rows_filtered": filtered["rows"],
+        "batches": len(batches),
+        "groups": sum(b["groups"] for b in batches),
+        "rollouts": sum(b["rollouts"] for b in batches),
+        "uniform_groups": sum(b["uniform_groups"] for b in batches),
+    }
+    if counts["rows_in"] != counts["rows_out"] + counts["rows_dead"] + counts["rows_filtered"]:
+        raise AccountingError(
+            f"rows in ({counts['rows_in']}) != rows out ({counts['rows_out']}) + dead ({counts['rows_dead']}) "
+            f"+ filtered ({counts['rows_filtered']}); refusing to commit the manifest")
+    if max_dead_fraction is not None and counts["rows_in"]:
+        fraction = counts["rows_dead"] / counts["rows_in"]
+        if fraction > max_dead_fraction:
+            raise TooManyDeadRows(f"{counts['rows_dead']} of {counts['rows_in']} rows are dead ({fraction:.1%}), "
+                                  f"above --max-dead-fraction {max_dead_fraction}; nothing committed")
+    histogram: dict[int, int] = {}
+    for b in batches:
+        for size, how_many in enumerate(b["group_sizes"]):
+            if how_many:
+                histogram[size] = histogram.get(size, 0) + how_many
+    return {
+        "manifest_version": 1,
+        "schema_version": schemas.SCHEMA_VERSION,
+        "run": record,
+        "fingerprint": fingerprint,
+        "counts": counts,
+        "dead_letters": {"file": dead["output"], "by_reason": dict(sorted(dead["by_reason"].items()))},
+        "filtered": {"file": filtered["output"], "by_reason": dict(sorted(filtered["by_reason"].items()))},
+        "group_size_histogram": {str(k): histogram[k] for k in sorted(histogram)},
+        "inputs": files,
+    }
+
+
+def _one(stats, kind):
+    found = [s for s in stats if s["kind"] == kind]
+    return found[0] if found else {"rows": 0, "files": 0, "by_reason": {}, "by_source": {}, "output": None}
+
+
+def dumps(manifest: dict) -> bytes:
+    return (json.dumps(manifest, indent=2, sort_keys=True) + "\n").encode()
+
+
+def exit_code(manifest: dict) -> int:
+    """0: every row written; 3: finished with dead letters."""
+    counts = manifest["counts"]
+    return 3 if counts["rows_dead"] or counts["files_unreadable"] else 0

@@ -1,0 +1,167 @@
+"""run(argv): options -> inputs -> output directory checks -> pipeline -> manifest -> outcome."""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+import apache_beam as beam
+from apache_beam.io.filesystems import FileSystems
+
+from pipeline import manifest as manifest_lib
+from pipeline.graph import DEAD_LETTERS_NAME, FILTERED_NAME, build
+from pipeline.inputs import expand_inputs
+from pipeline.options import UsageError, pipeline_options, settings_from_options
+from pipeline.run_config import config_argv
+from transforms.sinks import TEMP_PREFIX
+
+
+@dataclass
+class RunOutcome:
+    exit_code: int
+    output: str
+    manifest: dict | None = None
+    notes: list[str] = field(default_factory=list)
+
+    def summary(self) -> str:
+        lines = list(self.notes)
+        if self.manifest:
+            c = self.manifest["counts"]
+            run = self.manifest["run"]
+            lines += [
+                f"semantics   {run['semantics']} v{run['semantics_version']}, estimator {run['estimator']}"
+                f", std {'on' if run['std_normalization'] else 'off'}",
+                f"files       {c['files']} read ({c['files_unreadable']} unreadable)",
+                f"rows        {c['rows_in']} in = {c['rows_out']} written + {c['rows_dead']} dead + "
+                f"{c['rows_filtered']} filtered",
+                f"batches     {c['batches']}",
+                f"groups      {c['groups']} ({c['uniform_groups']} uniform: all rewards equal)",
+                f"rollouts    {c['rollouts']}",
+            ]
+            dead = self.manifest["dead_letters"]
+            if dead["by_reason"]:
+                lines.append("dead letters " + ", ".join(f"{k}: {v}" for k, v in dead["by_reason"].items())
+                             + f"  -> {FileSystems.join(self.output, dead['file'])}")
+            else:
+                lines.append("dead letters none")
+            lines.append(f"output      {self.output}")
+        return "\n".join(lines)
+
+
+def parse(argv: list[str]):
+    argv = list(argv)
+    if "--config" in argv or any(a.startswith("--config=") for a in argv):
+        argv = _expand_config(argv)
+    options = pipeline_options(argv)
+    return options, settings_from_options(options)
+
+
+def run(argv: list[str], test_pipeline: beam.Pipeline | None = None) -> RunOutcome:
+    options, settings = parse(argv)
+    files = expand_inputs(settings.inputs, settings.output)
+    if not files:
+        raise UsageError(f"no .pt or .parquet files found under {' '.join(settings.inputs)}")
+    output = settings.output
+
+    previous = read_manifest(output)
+    if previous is not None:
+        same_inputs = [(i["path"], i["size"], i["mtime"]) for i in previous["inputs"]] == [
+            (f.path, f.size, f.mtime) for f in files]
+        if previous.get("fingerprint") == settings.fingerprint() and same_inputs and not settings.overwrite:
+            return RunOutcome(0, output, previous, ["already complete: the output matches these inputs and "
+                                                    "options; nothing to do"])
+        if previous.get("fingerprint") != settings.fingerprint() and not settings.overwrite:
+            raise UsageError(f"{output} holds a run made with other options (fingerprint "
+                             f"{previous.get('fingerprint')} != {settings.fingerprint()}); pass --overwrite to "
+                             "replace it")
+        remove_run_outputs(output, [i.get("output") for i in previous["inputs"]])
+
+    if settings.dry_run:
+        return RunOutcome(0, output, None, [plan(options, settings, files)])
+
+    FileSystems.mkdirs(output) if not FileSystems.exists(output) else None
+    pipeline = test_pipeline if test_pipeline is not None else beam.Pipeline(options=options)
+    build(pipeline, settings, files)
+    try:
+        pipeline.run().wait_until_finish()
+    except Exception as error:  # noqa: BLE001 - map the pipeline's failure to an exit code
+        text = f"{type(error).__name__}: {error}"
+        for marker, code, cleanup in (("FailFast", 3, True), ("TooManyDeadRows", 3, True),
+                                      ("AccountingError", 1, False)):
+            if marker in text:
+                if cleanup:
+                    remove_run_outputs(output, [f.output for f in files])
+                return RunOutcome(code, output, None, [f"relabel: stopped: {_first_line(error, marker)}"])
+        raise
+    manifest = read_manifest(output)
+    if manifest is None:
+        return RunOutcome(1, output, None, ["relabel: the pipeline finished but wrote no manifest"])
+    return RunOutcome(manifest_lib.exit_code(manifest), output, manifest)
+
+
+def read_manifest(output: str) -> dict | None:
+    path = FileSystems.join(output, manifest_lib.MANIFEST_NAME)
+    if not FileSystems.exists(path):
+        return None
+    with FileSystems.open(path) as handle:
+        return json.loads(handle.read())
+
+
+def remove_run_outputs(output: str, part_names) -> None:
+    """Delete what a run of ours writes there (manifest first, so nothing looks complete meanwhile)."""
+    names = [manifest_lib.MANIFEST_NAME, DEAD_LETTERS_NAME, FILTERED_NAME] + [n for n in part_names if n]
+    paths = [FileSystems.join(output, n) for n in names]
+    try:
+        paths += [m.path for m in FileSystems.match([FileSystems.join(output, TEMP_PREFIX + "*")])[0].metadata_list]
+    except Exception:  # noqa: BLE001 - nothing matched
+        pass
+    existing = [p for p in paths if FileSystems.exists(p)]
+    if existing:
+        FileSystems.delete(existing)
+
+
+def plan(options, settings, files) -> str:
+    """Build the graph without running it and describe it."""
+    from apache_beam.pipeline import PipelineVisitor
+    from apache_beam.options.pipeline_options import StandardOptions
+
+    pipeline = beam.Pipeline(runner="FnApiRunner", options=options)
+    build(pipeline, settings, files)
+    lines = [f"dry run: runner {options.view_as(StandardOptions).runner}, {len(files)} input files, "
+             f"output {settings.output}, fingerprint {settings.fingerprint()}", "stages:"]
+
+    class Describe(PipelineVisitor):
+        def enter_composite_transform(self, node):
+            if node.full_label and node.full_label.count("/") == 0:
+                hints = node.transform.get_resource_hints() if node.transform else {}
+                extra = f"  hints {hints}" if hints else ""
+                lines.append(f"  {node.full_label}{extra}")
+
+    pipeline.visit(Describe())
+    return "\n".join(lines)
+
+
+def _first_line(error, marker):
+    for line in str(error).splitlines():
+        if marker in line or line.startswith(("non-", "missing", "mask", "unreadable", "unsafe", "partial")):
+            return line.strip()
+    return str(error).splitlines()[0] if str(error) else marker
+
+
+def _expand_config(argv):
+    rest, configs, i = [], [], 0
+    while i < len(argv):
+        if argv[i] == "--config":
+            if i + 1 >= len(argv):
+                raise UsageError("--config needs a file")
+            configs.append(argv[i + 1])
+            i += 2
+            continue
+        if argv[i].startswith("--config="):
+            configs.append(argv[i].split("=", 1)[1])
+        else:
+            rest.append(argv[i])
+        i += 1
+    expanded = []
+    for path in configs:
+        expanded += config_argv(path)
+    return expanded + rest

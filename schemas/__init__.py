@@ -1,0 +1,96 @@
+"""Every Arrow schema the project reads or writes, defined once.
+
+SCHEMA_VERSION changes whenever a column is added, removed or retyped.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pyarrow as pa
+
+SCHEMA_VERSION = 1
+
+
+@dataclass(frozen=True)
+class InputColumn:
+    name: str
+    type: pa.DataType
+    required: bool
+    default: str  # what an absent column (or a null value) means
+
+
+# Input rollout rows. Only these columns are interpreted; any other column passes through untouched.
+INPUT_COLUMNS = (
+    InputColumn("reward", pa.float64(), True,
+                "required: a number, or a struct/map holding the --reward-key field"),
+    InputColumn("step", pa.int64(), False, "absent: each file is its own batch"),
+    InputColumn("group_index", pa.int64(), False, "absent/null: no explicit prompt group"),
+    InputColumn("index", pa.int64(), False, "absent/null: no sample index"),
+    InputColumn("rollout_id", pa.int64(), False, "absent/null: the rollout key falls back to index"),
+    InputColumn("response_length", pa.int64(), False, "absent/null: len(loss_mask), else 0"),
+    InputColumn("loss_mask", pa.list_(pa.int32()), False, "absent/null: all ones of length response_length"),
+    InputColumn("remove_sample", pa.bool_(), False, "absent/null: false"),
+    InputColumn("status", pa.string(), False, "absent/null: not truncated"),
+)
+INPUT_COLUMN_NAMES = tuple(c.name for c in INPUT_COLUMNS)
+# What the advantage computation reads (the slim path); everything else is only read by the writer.
+SLIM_INPUT_COLUMNS = ("reward", "step", "group_index", "index", "rollout_id",
+                      "response_length", "loss_mask", "remove_sample")
+
+# Columns the pipeline adds to every training row (loss_mask is replaced in place).
+TRAINING_COLUMNS = pa.schema([
+    pa.field("raw_reward", pa.float32(), nullable=False),
+    pa.field("advantage", pa.float32(), nullable=False),
+    pa.field("mainstream", pa.bool_(), nullable=False),
+    pa.field("rollout_key", pa.int64()),
+    pa.field("prompt_group", pa.int64(), nullable=False),
+    pa.field("truncated", pa.bool_(), nullable=False),
+    pa.field("loss_mask", pa.list_(pa.int32())),
+    pa.field("rollout_mask_sum", pa.int64(), nullable=False),
+])
+ADDED_COLUMN_NAMES = tuple(f.name for f in TRAINING_COLUMNS if f.name != "loss_mask")
+
+# The slim record of a row that crosses the shuffle (tens of bytes a row).
+SLIM = pa.schema([
+    pa.field("source", pa.string(), nullable=False),
+    pa.field("row", pa.int64(), nullable=False),
+    pa.field("reward", pa.float64(), nullable=False),
+    pa.field("trainable", pa.int64(), nullable=False),
+    pa.field("group_index", pa.int64()),
+    pa.field("rollout_key", pa.int64()),
+    pa.field("problem", pa.int64(), nullable=False),
+    pa.field("detail", pa.string()),
+])
+
+# Per-row result of the advantage computation, joined back to its source file.
+RESULT = pa.schema([
+    pa.field("row", pa.int64(), nullable=False),
+    pa.field("raw_reward", pa.float32(), nullable=False),
+    pa.field("advantage", pa.float32(), nullable=False),
+    pa.field("mainstream", pa.bool_(), nullable=False),
+    pa.field("rollout_key", pa.int64()),
+    pa.field("prompt_group", pa.int64(), nullable=False),
+    pa.field("rollout_mask_sum", pa.int64(), nullable=False),
+    pa.field("uniform", pa.bool_(), nullable=False),
+])
+
+# dead_letters.parquet and filtered.parquet
+DEAD_LETTERS = pa.schema([
+    pa.field("source", pa.string(), nullable=False),
+    pa.field("row", pa.int64()),
+    pa.field("batch", pa.string()),
+    pa.field("reason", pa.string(), nullable=False),
+    pa.field("message", pa.string(), nullable=False),
+])
+
+
+def describe() -> str:
+    """Human-readable listing for `relabel schema`."""
+    lines = [f"schema version {SCHEMA_VERSION}", "", "input rollout rows (other columns pass through untouched):"]
+    for c in INPUT_COLUMNS:
+        lines.append(f"  {c.name:<16} {str(c.type):<14} {'required' if c.required else 'optional'}  {c.default}")
+    for title, schema in (("training rows (every input column, plus):", TRAINING_COLUMNS),
+                          ("dead_letters.parquet / filtered.parquet:", DEAD_LETTERS)):
+        lines += ["", title]
+        lines += [f"  {f.name:<16} {str(f.type)}{'' if f.nullable else ' not null'}" for f in schema]
+    return "\n".join(lines)

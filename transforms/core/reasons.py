@@ -1,0 +1,33 @@
+"""Stable reason codes for dead letters and filtered rows.
+
+The core reports problems as small integers (index into REASONS) so that they
+travel in tensors; readers, writers and the manifest use the strings.
+"""
+
+OK = 0
+REASONS = (
+    "",  # 0: no problem
+    "missing-column",
+    "non-numeric-reward",
+    "non-finite-reward",
+    "missing-reward-key",
+    "negative-length",
+    "mask-length",
+    "duplicate-row",
+    "partial-group-index",
+    "group-sizes-mismatch",
+    "batch-size-not-multiple",
+    "missing-n-samples-per-prompt",
+    "sibling-reward-mismatch",
+    "non-finite-advantage",
+    "unreadable-file",
+    "unsafe-pickle",
+    "empty-file",
+)
+CODE = {name: i for i, name in enumerate(REASONS)}
+
+UNIFORM_GROUP = "uniform-group"  # reason of filtered.parquet rows (not a dead letter)
+
+
+def code(name: str) -> int:
+    return CODE[name]

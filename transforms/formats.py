@@ -1,0 +1,139 @@
+"""Reading rollout files (Parquet, slime/miles .pt dumps) into Arrow tables.
+
+Every byte goes through Beam's FileSystems, so gs://, s3://, hdfs:// and
+mem:// paths work like local ones. No Beam pipeline code here.
+"""
+from __future__ import annotations
+
+import io
+import json
+import pickle
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+from apache_beam.io.filesystems import FileSystems
+
+PT_SUFFIXES = (".pt", ".pth")
+PARQUET_SUFFIXES = (".parquet", ".pq")
+
+
+class BadFile(Exception):
+    """A whole input file cannot be used; reason is a stable code."""
+
+    def __init__(self, reason: str, message: str):
+        super().__init__(message)
+        self.reason = reason
+        self.message = message
+
+
+class FailFast(RuntimeError):
+    """--fail-fast: the first problem stops the run (the CLI then removes its outputs)."""
+
+
+def file_format(path: str) -> str:
+    lower = path.lower()
+    if lower.endswith(PT_SUFFIXES):
+        return "pt"
+    if lower.endswith(PARQUET_SUFFIXES):
+        return "parquet"
+    raise BadFile("unreadable-file", f"{path}: unknown file type (expected .pt or .parquet)")
+
+
+def read_rollouts(path: str, columns=None) -> tuple[pa.Table, dict]:
+    """The file's rows as a table (only `columns` when given, those present) and its batch metadata.
+
+    metadata: {"step": int | None, "prompt_group_sizes": list[int] | None}
+    """
+    raw = _read_bytes(path)
+    if not raw:
+        raise BadFile("empty-file", f"{path}: file is empty (0 bytes)")
+    if file_format(path) == "pt":
+        return _read_pt(path, raw, columns)
+    return _read_parquet(path, raw, columns), {"step": None, "prompt_group_sizes": None}
+
+
+def _read_bytes(path: str) -> bytes:
+    try:
+        with FileSystems.open(path, compression_type="uncompressed") as handle:
+            return handle.read()
+    except Exception as error:  # noqa: BLE001 - any I/O failure makes the file unreadable
+        raise BadFile("unreadable-file", f"{path}: cannot be read: {error}") from error
+
+
+def _read_parquet(path, raw, columns):
+    try:
+        parquet = pq.ParquetFile(pa.BufferReader(raw))
+        present = parquet.schema_arrow.names
+        wanted = None if columns is None else [c for c in columns if c in present]
+        return parquet.read(columns=wanted)
+    except Exception as error:  # noqa: BLE001
+        raise BadFile("unreadable-file", f"{path}: not a readable Parquet file: {error}") from error
+
+
+def _read_pt(path, raw, columns):
+    import torch  # heavy import, only for .pt inputs
+
+    try:
+        dump = torch.load(io.BytesIO(raw), map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as error:
+        if "weights_only" in str(error).lower() or "unsupported global" in str(error).lower():
+            raise BadFile("unsafe-pickle",
+                          f"{path}: refused: the dump needs arbitrary unpickling, which could run code "
+                          f"({str(error).splitlines()[0]})") from error
+        raise BadFile("unreadable-file", f"{path}: corrupt or truncated .pt: {error}") from error
+    except Exception as error:  # noqa: BLE001
+        raise BadFile("unreadable-file", f"{path}: corrupt or truncated .pt: {error}") from error
+    if not isinstance(dump, dict) or not isinstance(dump.get("samples"), list):
+        raise BadFile("unreadable-file", f"{path}: not a rollout dump (expected a dict with a 'samples' list)")
+    samples = dump["samples"]
+    if not all(isinstance(s, dict) for s in samples):
+        raise BadFile("unreadable-file", f"{path}: 'samples' must be a list of dicts (Sample.to_dict())")
+    metadata = dump.get("metadata") or {}
+    sizes = metadata.get("prompt_group_sizes") if isinstance(metadata, dict) else None
+    step = dump.get("rollout_id")
+    return samples_to_table(samples, columns), {
+        "step": step if isinstance(step, int) else None,
+        "prompt_group_sizes": None if sizes is None else [int(s) for s in sizes],
+    }
+
+
+def samples_to_table(samples: list[dict], columns=None) -> pa.Table:
+    """Sample.to_dict() rows as columns; key order of first appearance.
+
+    Rule for values Arrow cannot type (mixed types in one field, empty dicts,
+    objects): the column is stored as JSON text, documented in README.
+    """
+    names: dict[str, None] = {}
+    for sample in samples:
+        names.update(dict.fromkeys(sample))
+    wanted = [n for n in names if columns is None or n in columns]
+    arrays = [_to_arrow([_plain(s.get(name)) for s in samples]) for name in wanted]
+    return pa.table(arrays, names=wanted) if wanted else pa.table({}).append_column(
+        "_empty", pa.nulls(len(samples))).drop(["_empty"])
+
+
+def _plain(value):
+    if hasattr(value, "tolist") and type(value).__module__.startswith("torch"):
+        return value.tolist()
+    return value
+
+
+def _to_arrow(values: list) -> pa.Array:
+    try:
+        array = pa.array(values)
+        if not _has_empty_struct(array.type):
+            return array
+    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError):
+        pass
+    return pa.array([None if v is None else json.dumps(v, sort_keys=True, default=str) for v in values],
+                    pa.string())
+
+
+def _has_empty_struct(data_type: pa.DataType) -> bool:
+    if pa.types.is_struct(data_type):
+        return data_type.num_fields == 0 or any(_has_empty_struct(f.type) for f in data_type)
+    if pa.types.is_list(data_type) or pa.types.is_large_list(data_type):
+        return _has_empty_struct(data_type.value_type)
+    if pa.types.is_map(data_type):
+        return _has_empty_struct(data_type.item_type)
+    return False

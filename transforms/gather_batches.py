@@ -1,0 +1,33 @@
+"""GatherBatches: the slim parts of one batch (one or many files) brought together."""
+from __future__ import annotations
+
+import apache_beam as beam
+
+
+class GatherBatchFn(beam.CombineFn):
+    """Accumulates (source, slim table, prompt_group_sizes) parts; order is fixed later by (source, row)."""
+
+    def create_accumulator(self):
+        return []
+
+    def add_input(self, parts, part):
+        parts.append(part)
+        return parts
+
+    def merge_accumulators(self, accumulators):
+        merged = []
+        for parts in accumulators:
+            merged.extend(parts)
+        return merged
+
+    def extract_output(self, parts):
+        parts = sorted(parts, key=lambda part: (part[0], part[1].column("row")[0].as_py() if part[1].num_rows else -1))
+        sizes = next((s for _, _, s in parts if s is not None), None)
+        return [table for _, table, _ in parts], sizes
+
+
+class GatherBatches(beam.PTransform):
+    """PCollection[(batch key, part)] -> PCollection[(batch key, ([slim tables], prompt_group_sizes))]."""
+
+    def expand(self, keyed_parts):
+        return keyed_parts | "CombinePerBatch" >> beam.CombinePerKey(GatherBatchFn())

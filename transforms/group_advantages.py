@@ -1,0 +1,69 @@
+"""GroupAdvantages: one batch's slim rows through the numeric core (mainstream, group stats, advantages)."""
+from __future__ import annotations
+
+import apache_beam as beam
+from apache_beam import pvalue
+
+from transforms import rows
+from transforms.core.config import CoreConfig
+from transforms.formats import FailFast
+from transforms.metrics import counter
+
+RESULTS = "results"
+DEAD = "dead"
+FILTERED = "filtered"
+COUNTERS = "counters"
+
+
+def resolve_device(requested: str) -> str:
+    import torch
+    if requested == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if requested == "cuda" and not torch.cuda.is_available():
+        raise RuntimeError("--device cuda was requested but this worker has no CUDA device")
+    return requested
+
+
+class GroupAdvantagesFn(beam.DoFn):
+    def __init__(self, config: CoreConfig, drop_uniform_groups: bool, device: str, fail_fast: bool = False):
+        self._config = config
+        self._fail_fast = fail_fast
+        self._drop_uniform_groups = drop_uniform_groups
+        self._requested_device = device
+        self._device = None
+
+    def setup(self):
+        self._device = resolve_device(self._requested_device)
+
+    def process(self, element):
+        batch_key, (parts, sizes) = element
+        result = rows.relabel_batch(batch_key, parts, sizes, self._config,
+                                    drop_uniform_groups=self._drop_uniform_groups, device=self._device)
+        if self._fail_fast and result.dead.num_rows:
+            first = result.dead.slice(0, 1).to_pylist()[0]
+            raise FailFast(f"{first['reason']}: {first['source']} row {first['row']} ({batch_key}): {first['message']}")
+        counts = result.counters
+        for name in ("groups", "rollouts", "uniform_groups"):
+            counter(name).inc(counts[name])
+        counter("rows_dead").inc(counts["rows_dead"])
+        counter("rows_filtered").inc(counts["rows_filtered"])
+        for source, table in result.results.items():
+            yield source, table
+        if result.dead.num_rows:
+            yield pvalue.TaggedOutput(DEAD, result.dead)
+        if result.filtered.num_rows:
+            yield pvalue.TaggedOutput(FILTERED, result.filtered)
+        yield pvalue.TaggedOutput(COUNTERS, dict(counts, batch=batch_key))
+
+
+class GroupAdvantages(beam.PTransform):
+    """PCollection[(batch, ([slim], sizes))] -> results (source, table) / dead / filtered / counters."""
+
+    def __init__(self, config: CoreConfig, drop_uniform_groups: bool = False, device: str = "auto",
+                 fail_fast: bool = False):
+        super().__init__()
+        self._fn = GroupAdvantagesFn(config, drop_uniform_groups, device, fail_fast)
+
+    def expand(self, batches):
+        return batches | "RunNumericCore" >> beam.ParDo(self._fn).with_outputs(
+            DEAD, FILTERED, COUNTERS, main=RESULTS)

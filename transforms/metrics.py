@@ -1,0 +1,12 @@
+"""One metrics namespace for every stage."""
+from apache_beam.metrics import Metrics
+
+NAMESPACE = "rollout_relabel"
+
+
+def counter(name: str):
+    return Metrics.counter(NAMESPACE, name)
+
+
+def distribution(name: str):
+    return Metrics.distribution(NAMESPACE, name)

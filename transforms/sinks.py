@@ -1,0 +1,46 @@
+"""Atomic file output through Beam's FileSystems: write a temporary name, then rename."""
+from __future__ import annotations
+
+import json
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+from apache_beam.io.filesystem import CompressionTypes
+from apache_beam.io.filesystems import FileSystems
+
+TEMP_PREFIX = ".tmp-"
+LINEAGE_KEY = b"rollout_relabel"
+
+
+def join(directory: str, name: str) -> str:
+    return FileSystems.join(directory, name)
+
+
+def write_parquet_atomically(table: pa.Table, directory: str, name: str, lineage: dict | None = None) -> int:
+    """Write `table` as directory/name; the final name appears only once the file is complete."""
+    if lineage is not None:
+        metadata = dict(table.schema.metadata or {})
+        metadata[LINEAGE_KEY] = json.dumps(lineage, sort_keys=True).encode()
+        table = table.replace_schema_metadata(metadata)
+    sink = pa.BufferOutputStream()
+    pq.write_table(table, sink, **parquet_write_options(table.schema))
+    return write_bytes_atomically(sink.getvalue().to_pybytes(), directory, name)
+
+
+def parquet_write_options(schema: pa.Schema) -> dict:
+    """The floor's settings: zstd, dictionary encoding only for non-list columns."""
+    flat = [f.name for f in schema if not (pa.types.is_list(f.type) or pa.types.is_large_list(f.type))]
+    return {"compression": "zstd", "use_dictionary": flat, "write_statistics": True}
+
+
+def write_bytes_atomically(data: bytes, directory: str, name: str) -> int:
+    final = join(directory, name)
+    temp = join(directory, TEMP_PREFIX + name)
+    with FileSystems.create(temp, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
+        handle.write(data)
+    try:  # a local rename replaces the old file atomically
+        FileSystems.rename([temp], [final])
+    except Exception:  # noqa: BLE001 - stores whose rename refuses to overwrite
+        FileSystems.delete([final])
+        FileSystems.rename([temp], [final])
+    return len(data)
