@@ -27,20 +27,21 @@ def batch_stat(counters):
 
 def build(p: beam.Pipeline, settings: RunSettings, files: list[InputFile]):
     """Add the relabel graph to `p`; returns the PCollection holding the manifest dict."""
-    lineage = settings.semantics_record()
-    sources = p | "ListInputs" >> beam.Create([(f.path, f.output) for f in files])
+    lineage = dict(settings.semantics_record(), fingerprint=settings.fingerprint())
+    sources = p | "ListInputs" >> beam.Create([f.record() for f in files])
     read = sources | "ReadRollouts" >> ReadRollouts(settings.reward_key, settings.fail_fast)
     batches = read.slim | "GatherBatches" >> GatherBatches()
     computed = batches | "GroupAdvantages" >> GroupAdvantages(
         settings.core, settings.drop_uniform_groups, settings.device, settings.fail_fast)
-    written = (read.files, computed.results) | "JoinAndWrite" >> JoinAndWrite(settings.output, lineage)
-    dead = ((read.dead, computed.dead)
+    written = ((read.files, computed.results, computed.dead, computed.filtered)
+               | "JoinAndWrite" >> JoinAndWrite(settings.output, lineage))
+    dead = ((read.dead, written.dead)
             | "FlattenDeadLetters" >> beam.Flatten()
             | "WriteDeadLetters" >> WriteRecords(settings.output, DEAD_LETTERS_NAME, "dead", lineage))
-    filtered = computed.filtered | "WriteFiltered" >> WriteRecords(
+    filtered = written.filtered | "WriteFiltered" >> WriteRecords(
         settings.output, FILTERED_NAME, "filtered", lineage)
     stats = (
-        written,
+        written.stats,
         dead,
         filtered,
         read.files | "ReadStats" >> beam.Map(read_stat),

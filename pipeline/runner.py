@@ -66,14 +66,21 @@ def run(argv: list[str], test_pipeline: beam.Pipeline | None = None) -> RunOutco
     if previous is not None:
         same_inputs = [(i["path"], i["size"], i["mtime"]) for i in previous["inputs"]] == [
             (f.path, f.size, f.mtime) for f in files]
-        if previous.get("fingerprint") == settings.fingerprint() and same_inputs and not settings.overwrite:
+        same_options = previous.get("fingerprint") == settings.fingerprint()
+        if same_options and same_inputs and not settings.overwrite:
             return RunOutcome(0, output, previous, ["already complete: the output matches these inputs and "
                                                     "options; nothing to do"])
-        if previous.get("fingerprint") != settings.fingerprint() and not settings.overwrite:
+        if not same_options and not settings.overwrite:
             raise UsageError(f"{output} holds a run made with other options (fingerprint "
                              f"{previous.get('fingerprint')} != {settings.fingerprint()}); pass --overwrite to "
                              "replace it")
-        remove_run_outputs(output, [i.get("output") for i in previous["inputs"]])
+        wanted = {f.output for f in files}
+        stale = [i.get("output") for i in previous["inputs"]
+                 if settings.overwrite or i.get("output") not in wanted]
+        if not settings.dry_run:
+            remove_run_outputs(output, stale)
+    elif not settings.dry_run:
+        _check_partial_output(output, files, settings)
 
     if settings.dry_run:
         return RunOutcome(0, output, None, [plan(options, settings, files)])
@@ -98,6 +105,22 @@ def run(argv: list[str], test_pipeline: beam.Pipeline | None = None) -> RunOutco
     return RunOutcome(manifest_lib.exit_code(manifest), output, manifest)
 
 
+def _check_partial_output(output, files, settings):
+    """An interrupted run resumes; one made with other options must not be mixed with this one."""
+    from transforms.sinks import read_lineage
+
+    for f in files:
+        lineage = read_lineage(output, f.output)
+        if lineage is not None and lineage.get("fingerprint") != settings.fingerprint():
+            if not settings.overwrite:
+                raise UsageError(f"{output} holds {f.output} made with other options (fingerprint "
+                                 f"{lineage.get('fingerprint')} != {settings.fingerprint()}); pass --overwrite "
+                                 "to replace it")
+            remove_run_outputs(output, [g.output for g in files])
+            return
+    remove_run_outputs(output, [])
+
+
 def read_manifest(output: str) -> dict | None:
     path = FileSystems.join(output, manifest_lib.MANIFEST_NAME)
     if not FileSystems.exists(path):
@@ -107,7 +130,8 @@ def read_manifest(output: str) -> dict | None:
 
 
 def remove_run_outputs(output: str, part_names) -> None:
-    """Delete what a run of ours writes there (manifest first, so nothing looks complete meanwhile)."""
+    """Delete the manifest (first, so nothing looks complete meanwhile), the record files, temporary
+    files and the named part files. Part files not named stay: a resumed run skips the complete ones."""
     names = [manifest_lib.MANIFEST_NAME, DEAD_LETTERS_NAME, FILTERED_NAME] + [n for n in part_names if n]
     paths = [FileSystems.join(output, n) for n in names]
     try:

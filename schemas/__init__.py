@@ -81,6 +81,7 @@ DEAD_LETTERS = pa.schema([
     pa.field("batch", pa.string()),
     pa.field("reason", pa.string(), nullable=False),
     pa.field("message", pa.string(), nullable=False),
+    pa.field("row_json", pa.string()),  # the row's columns as JSON, where the file was readable
 ])
 
 

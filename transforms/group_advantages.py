@@ -49,15 +49,15 @@ class GroupAdvantagesFn(beam.DoFn):
         counter("rows_filtered").inc(counts["rows_filtered"])
         for source, table in result.results.items():
             yield source, table
-        if result.dead.num_rows:
-            yield pvalue.TaggedOutput(DEAD, result.dead)
-        if result.filtered.num_rows:
-            yield pvalue.TaggedOutput(FILTERED, result.filtered)
+        for source, records in rows.split_by_source(result.dead).items():
+            yield pvalue.TaggedOutput(DEAD, (source, records))
+        for source, records in rows.split_by_source(result.filtered).items():
+            yield pvalue.TaggedOutput(FILTERED, (source, records))
         yield pvalue.TaggedOutput(COUNTERS, dict(counts, batch=batch_key))
 
 
 class GroupAdvantages(beam.PTransform):
-    """PCollection[(batch, ([slim], sizes))] -> results (source, table) / dead / filtered / counters."""
+    """PCollection[(batch, ([slim], sizes))] -> results / dead / filtered, each (source, table); counters."""
 
     def __init__(self, config: CoreConfig, drop_uniform_groups: bool = False, device: str = "auto",
                  fail_fast: bool = False):

@@ -15,23 +15,23 @@ DEAD = "dead"
 
 
 class ReadSlimTablesFn(beam.DoFn):
-    """(source, output name) -> (batch key, (source, slim table, prompt_group_sizes))."""
+    """input record {path, output, size, mtime} -> (batch key, (source, slim table, prompt_group_sizes))."""
 
     def __init__(self, reward_key: str | None, fail_fast: bool = False):
         self._reward_key = reward_key
         self._fail_fast = fail_fast
 
     def process(self, element):
-        source, output_name = element
+        source = element["path"]
         try:
             table, metadata = read_rollouts(source, columns=schemas.SLIM_INPUT_COLUMNS)
             parts = rows.extract_slim(table, source, self._reward_key)
         except BadFile as bad:
             yield from self._dead_file(source, bad.reason, bad.message)
-        except ValueError as error:  # e.g. null `step`: the batch cannot be decided
-            yield from self._dead_file(source, "missing-column", str(error))
+        except rows.FileProblem as problem:  # e.g. null `step`: the batch cannot be decided
+            yield from self._dead_file(source, problem.reason, str(problem))
         else:
-            yield from self._slim_parts(source, output_name, table, metadata, parts)
+            yield from self._slim_parts(element, table, metadata, parts)
 
     def _dead_file(self, source, reason, message):
         if self._fail_fast:
@@ -40,15 +40,16 @@ class ReadSlimTablesFn(beam.DoFn):
         yield pvalue.TaggedOutput(DEAD, rows.file_dead_letter(source, reason, message))
         yield pvalue.TaggedOutput(FILES, (source, {"output": None, "rows_in": 0, "reason": reason}))
 
-    def _slim_parts(self, source, output_name, table, metadata, parts):
+    def _slim_parts(self, record, table, metadata, parts):
+        source = record["path"]
         counter("rows_in").inc(table.num_rows)
-        yield pvalue.TaggedOutput(FILES, (source, {"output": output_name, "rows_in": table.num_rows, "reason": None}))
+        yield pvalue.TaggedOutput(FILES, (source, dict(record, rows_in=table.num_rows, reason=None)))
         for batch_key, slim in parts:
             yield batch_key, (source, slim, metadata["prompt_group_sizes"])
 
 
 class ReadRollouts(beam.PTransform):
-    """PCollection[(source, output name)] -> tagged outputs slim / files / dead."""
+    """PCollection[input record] -> tagged outputs slim / files / dead."""
 
     def __init__(self, reward_key: str | None, fail_fast: bool = False):
         super().__init__()

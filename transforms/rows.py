@@ -27,6 +27,20 @@ def batch_key_of(source: str, step) -> str:
     return f"step={step}" if step is not None else f"file={source}"
 
 
+class FileProblem(ValueError):
+    """The file's rows cannot be assigned to batches: the whole file is dead-lettered."""
+
+    def __init__(self, reason: str, message: str):
+        super().__init__(message)
+        self.reason = reason
+
+
+# A response longer than this is not a real rollout; building its mask would exhaust memory.
+MAX_RESPONSE_TOKENS = 1 << 24
+
+INTEGER_COLUMNS = ("step", "group_index", "index", "rollout_id", "response_length")
+
+
 def extract_slim(table: pa.Table, source: str, reward_key: str | None) -> list[tuple[str, pa.Table]]:
     """Split a file's rows by batch and reduce them to the slim columns the core needs.
 
@@ -36,6 +50,7 @@ def extract_slim(table: pa.Table, source: str, reward_key: str | None) -> list[t
     n = table.num_rows
     problem = np.zeros(n, dtype=np.int64)
     details: dict[int, str] = {}
+    table = _usable_columns(table, source, problem, details)
 
     reward = _reward_values(table, reward_key, problem, details)
     response_length = _int_column(table, "response_length")
@@ -50,6 +65,8 @@ def extract_slim(table: pa.Table, source: str, reward_key: str | None) -> list[t
 
     _flag(problem, details, length_given & (length < 0), "negative-length",
           lambda i: f"response_length is {length[i]}")
+    _flag(problem, details, (length > MAX_RESPONSE_TOKENS) | (mask_len > MAX_RESPONSE_TOKENS), "value-too-large",
+          lambda i: f"response of {max(length[i], mask_len[i])} tokens is over the {MAX_RESPONSE_TOKENS} limit")
     _flag(problem, details, has_mask & length_given & (mask_len != length), "mask-length",
           lambda i: f"len(loss_mask) is {mask_len[i]} but response_length is {length[i]}")
     remove = _bool_column(table, "remove_sample")
@@ -77,12 +94,57 @@ def extract_slim(table: pa.Table, source: str, reward_key: str | None) -> list[t
         return [(batch_key_of(source, None), slim)]
     steps = table.column("step")
     if steps.null_count:
-        raise ValueError(f"{source}: `step` has {steps.null_count} null values; every row needs its batch")
+        raise FileProblem("missing-column", f"{source}: `step` is null on {steps.null_count} rows "
+                                            f"(first: row {_first_null(steps)}); every row needs its batch")
     out = []
     step_values = steps.to_numpy()
     for step in np.unique(step_values):
         out.append((batch_key_of(source, int(step)), slim.filter(pa.array(step_values == step))))
     return out
+
+
+def _usable_columns(table, source, problem, details):
+    """Flag every row of a file whose interpreted columns have the wrong type, and drop those columns.
+
+    Integral floats (pandas' int-with-NaN) are accepted as integers. An all-null
+    column (Arrow type null, e.g. from .pt dumps) means the values are absent.
+    """
+    for name in table.column_names:
+        column = table.column(name)
+        if pa.types.is_null(column.type) and name != "reward":
+            table = table.drop_columns([name])
+            continue
+        expected = None
+        if name in INTEGER_COLUMNS and not pa.types.is_integer(column.type):
+            if pa.types.is_floating(column.type) and _integral(column):
+                table = table.set_column(table.column_names.index(name), name, pc.cast(column, pa.int64()))
+                continue
+            expected = "integers"
+        elif name == "loss_mask" and not ((pa.types.is_list(column.type) or pa.types.is_large_list(column.type))
+                                          and pa.types.is_integer(column.type.value_type)):
+            expected = "a list of integers"
+        elif name == "remove_sample" and not pa.types.is_boolean(column.type):
+            expected = "booleans"
+        elif name == "status" and not (pa.types.is_string(column.type) or pa.types.is_large_string(column.type)):
+            expected = "strings"
+        if expected:
+            if name == "step":
+                raise FileProblem("ill-typed-column", f"{source}: `step` has type {column.type}, expected integers")
+            _flag(problem, details, np.ones(table.num_rows, dtype=bool), "ill-typed-column",
+                  lambda i, name=name, kind=column.type, expected=expected:
+                  f"column `{name}` has type {kind}, expected {expected}")
+            table = table.drop_columns([name])
+    return table
+
+
+def _integral(column) -> bool:
+    values = pc.drop_null(column).to_numpy(zero_copy_only=False)
+    return bool(np.all(np.isfinite(values)) and np.all(values == np.round(values))
+                and (values.size == 0 or np.abs(values).max() < 2 ** 53))
+
+
+def _first_null(column) -> int:
+    return int(np.flatnonzero(np.asarray(column.is_null()))[0])
 
 
 def _reward_values(table, reward_key, problem, details):
@@ -299,12 +361,28 @@ def _records(batch_key, sources, rows, reasons, messages) -> pa.Table:
         "batch": pa.array([batch_key] * len(reasons), pa.string()),
         "reason": pa.array(reasons, pa.string()),
         "message": pa.array(messages, pa.string()),
+        "row_json": pa.nulls(len(reasons), pa.string()),
     }, schema=schemas.DEAD_LETTERS)
+
+
+def split_by_source(records: pa.Table) -> dict[str, pa.Table]:
+    sources = records.column("source").to_numpy(zero_copy_only=False)
+    return {str(s): records.filter(pa.array(sources == s)) for s in np.unique(sources)}
 
 
 def file_dead_letter(source: str, reason: str, message: str) -> pa.Table:
     return pa.table({"source": [source], "row": pa.array([None], pa.int64()), "batch": pa.array([None], pa.string()),
-                     "reason": [reason], "message": [message]}, schema=schemas.DEAD_LETTERS)
+                     "reason": [reason], "message": [message], "row_json": pa.nulls(1, pa.string())},
+                    schema=schemas.DEAD_LETTERS)
+
+
+def with_row_json(records: pa.Table, table: pa.Table) -> pa.Table:
+    """Attach each record's input row (every column, as JSON) so that nothing is lost."""
+    import json
+
+    positions = records.column("row").to_numpy(zero_copy_only=False).astype(np.int64)
+    payload = [json.dumps(row, default=str, ensure_ascii=False) for row in table.take(positions).to_pylist()]
+    return records.set_column(records.schema.get_field_index("row_json"), "row_json", pa.array(payload, pa.string()))
 
 
 # ---------------------------------------------------------------- heavy path: the written table
@@ -315,9 +393,10 @@ def training_rows(table: pa.Table, result: pa.Table) -> pa.Table:
     take = result.column("row")
     if take.length() != table.num_rows:
         table = table.take(take)
-    mask = _final_loss_mask(table)
-    truncated = (pc.fill_null(pc.equal(table.column("status"), "truncated"), False)
-                 if "status" in table.column_names else pa.array(np.zeros(table.num_rows, dtype=bool)))
+    view = _usable_columns(table, "", np.zeros(table.num_rows, dtype=np.int64), {})
+    mask = _final_loss_mask(view)
+    truncated = (pc.fill_null(pc.equal(view.column("status"), "truncated"), False)
+                 if "status" in view.column_names else pa.array(np.zeros(table.num_rows, dtype=bool)))
     added = {
         "raw_reward": result.column("raw_reward"),
         "advantage": result.column("advantage"),

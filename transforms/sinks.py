@@ -8,6 +8,8 @@ import pyarrow.parquet as pq
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
+from transforms.faults import crash_point
+
 TEMP_PREFIX = ".tmp-"
 LINEAGE_KEY = b"rollout_relabel"
 
@@ -38,9 +40,25 @@ def write_bytes_atomically(data: bytes, directory: str, name: str) -> int:
     temp = join(directory, TEMP_PREFIX + name)
     with FileSystems.create(temp, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
         handle.write(data)
+    crash_point("before-rename", name)
     try:  # a local rename replaces the old file atomically
         FileSystems.rename([temp], [final])
     except Exception:  # noqa: BLE001 - stores whose rename refuses to overwrite
         FileSystems.delete([final])
         FileSystems.rename([temp], [final])
+    crash_point("after-rename", name)
     return len(data)
+
+
+def read_lineage(directory: str, name: str) -> dict | None:
+    """The lineage record of an existing output file, or None when absent or unreadable."""
+    path = join(directory, name)
+    try:
+        if not FileSystems.exists(path):
+            return None
+        with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
+            metadata = pq.ParquetFile(handle).metadata
+        raw = (metadata.metadata or {}).get(LINEAGE_KEY)
+        return dict(json.loads(raw), _rows=metadata.num_rows) if raw else None
+    except Exception:  # noqa: BLE001 - a damaged file is simply not complete
+        return None

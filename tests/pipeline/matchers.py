@@ -31,7 +31,8 @@ def manifest_counts(**expected):
 def dead_reasons(expected_rows_by_reason: dict):
     def check(actual):
         got = {}
-        for table in actual:
+        for item in actual:
+            table = item[1] if isinstance(item, tuple) else item
             for reason in table.column("reason").to_pylist():
                 got[reason] = got.get(reason, 0) + 1
         if got != expected_rows_by_reason:

@@ -161,3 +161,18 @@ def test_usage_errors_exit_2(tmp_path):
     assert "rollout semantics only" in run_cli(
         "run", "--input", tmp_path, "--output", tmp_path / "o", "--semantics", "group-index", "--mainstream", "last",
         check_codes=(2,)).stderr
+
+
+def test_run_config_loads_and_command_line_overrides(inputs, tmp_path):
+    from tests.conftest import ROOT
+    _, folder, _ = inputs["parquet"]
+    config = tmp_path / "c.yaml"
+    config.write_text("runner: FnApiRunner\nestimator: rloo\nstd_normalization: false\n")
+    run_cli("run", "--config", config, "--input", folder, "--output", tmp_path / "a", "--estimator", "dr_grpo")
+    manifest = json.loads((tmp_path / "a" / "_manifest.json").read_text())
+    assert manifest["run"]["estimator"] == "dr_grpo" and manifest["run"]["std_normalization"] is False
+    config.write_text("estimater: rloo\n")
+    refused = run_cli("run", "--config", config, "--input", folder, "--output", tmp_path / "b", check_codes=(2,))
+    assert "unknown key 'estimater'" in refused.stderr
+    run_cli("run", "--config", os.path.join(ROOT, "run_configs", "local.yaml"), "--input", folder,
+            "--output", tmp_path / "c")

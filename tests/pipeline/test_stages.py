@@ -21,6 +21,10 @@ def write(path, **columns):
     return str(path)
 
 
+def record(path):
+    return {"path": path, "output": "part-x.parquet", "size": 0, "mtime": 0.0}
+
+
 def test_read_gather_and_group_advantages(test_pipeline, tmp_path):
     # one step spread over two files: worked example 1 of SEMANTICS.md
     a = write(tmp_path / "a.parquet", step=[0, 0, 0], group_index=[0, 0, 1], rollout_id=[10, 11, 20],
@@ -28,7 +32,7 @@ def test_read_gather_and_group_advantages(test_pipeline, tmp_path):
     b = write(tmp_path / "b.parquet", step=[0, 0, 0, 0], group_index=[0, 0, 1, 1], rollout_id=[11, 11, 20, 21],
               reward=[1.0, 1.0, 2.0, 4.0])
     with test_pipeline as p:
-        read = p | beam.Create([(a, "part-a.parquet"), (b, "part-b.parquet")]) | ReadRollouts(None)
+        read = p | beam.Create([record(a), record(b)]) | ReadRollouts(None)
         computed = (read.slim | GatherBatches()
                     | GroupAdvantages(CoreConfig(std_normalization=False), device="cpu"))
         assert_that(computed.results, advantages_by_source({a: [-0.5, 0.5, -1.0], b: [0.5, 0.5, -1.0, 1.0]}))
@@ -41,7 +45,7 @@ def test_bad_file_and_bad_rows_are_dead_lettered(test_pipeline, tmp_path):
     broken = tmp_path / "broken.parquet"
     broken.write_bytes(b"PAR1 not really")
     with test_pipeline as p:
-        read = p | beam.Create([(good, "part-good.parquet"), (str(broken), "part-broken.parquet")]) | ReadRollouts(None)
+        read = p | beam.Create([record(good), record(str(broken))]) | ReadRollouts(None)
         computed = read.slim | GatherBatches() | GroupAdvantages(CoreConfig(), device="cpu")
         dead = (read.dead, computed.dead) | beam.Flatten()
         assert_that(dead, dead_reasons({"non-finite-reward": 2, "unreadable-file": 1}))

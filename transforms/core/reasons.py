@@ -23,6 +23,8 @@ REASONS = (
     "unreadable-file",
     "unsafe-pickle",
     "empty-file",
+    "ill-typed-column",
+    "value-too-large",
 )
 CODE = {name: i for i, name in enumerate(REASONS)}
 
