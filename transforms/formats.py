@@ -91,7 +91,11 @@ def _read_pt(path, raw, columns):
     metadata = dump.get("metadata") or {}
     sizes = metadata.get("prompt_group_sizes") if isinstance(metadata, dict) else None
     step = dump.get("rollout_id")
-    return samples_to_table(samples, columns), {
+    try:
+        table = samples_to_table(samples, columns)
+    except BadFile as bad:
+        raise BadFile(bad.reason, f"{path}: {bad.message}") from bad
+    return table, {
         "step": step if isinstance(step, int) else None,
         "prompt_group_sizes": None if sizes is None else [int(s) for s in sizes],
     }
@@ -121,19 +125,28 @@ def _plain(value):
 def _to_arrow(values: list) -> pa.Array:
     try:
         array = pa.array(values)
-        if not _has_empty_struct(array.type):
+        if _storable(array.type):
             return array
-    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError):
+    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError, RecursionError):
         pass
-    return pa.array([None if v is None else json.dumps(v, sort_keys=True, default=str) for v in values],
-                    pa.string())
+    try:
+        return pa.array([None if v is None else json.dumps(v, sort_keys=True, default=str) for v in values],
+                        pa.string())
+    except (RecursionError, ValueError) as error:
+        raise BadFile("unreadable-file", f"a value is nested too deeply to store: {error}") from error
 
 
-def _has_empty_struct(data_type: pa.DataType) -> bool:
+MAX_NESTING = 16  # Parquet readers choke on deeper schemas; deeper values are stored as JSON text
+
+
+def _storable(data_type: pa.DataType, depth: int = 0) -> bool:
+    """Parquet can write it: no empty struct, no absurd nesting."""
+    if depth > MAX_NESTING:
+        return False
     if pa.types.is_struct(data_type):
-        return data_type.num_fields == 0 or any(_has_empty_struct(f.type) for f in data_type)
+        return data_type.num_fields > 0 and all(_storable(f.type, depth + 1) for f in data_type)
     if pa.types.is_list(data_type) or pa.types.is_large_list(data_type):
-        return _has_empty_struct(data_type.value_type)
+        return _storable(data_type.value_type, depth + 1)
     if pa.types.is_map(data_type):
-        return _has_empty_struct(data_type.item_type)
-    return False
+        return _storable(data_type.key_type, depth + 1) and _storable(data_type.item_type, depth + 1)
+    return True
