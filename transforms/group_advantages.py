@@ -24,6 +24,17 @@ def resolve_device(requested: str) -> str:
     return requested
 
 
+def check_fail_fast(result, batch_key, fail_fast):
+    if fail_fast and result.dead.num_rows:
+        first = result.dead.slice(0, 1).to_pylist()[0]
+        raise FailFast(f"{first['reason']}: {first['source']} row {first['row']} ({batch_key}): {first['message']}")
+
+
+def count_batch(counts):
+    for name in ("groups", "rollouts", "uniform_groups", "rows_dead", "rows_filtered"):
+        counter(name).inc(counts[name])
+
+
 class GroupAdvantagesFn(beam.DoFn):
     def __init__(self, config: CoreConfig, drop_uniform_groups: bool, device: str, fail_fast: bool = False):
         self._config = config
@@ -39,14 +50,9 @@ class GroupAdvantagesFn(beam.DoFn):
         batch_key, (parts, sizes) = element
         result = rows.relabel_batch(batch_key, parts, sizes, self._config,
                                     drop_uniform_groups=self._drop_uniform_groups, device=self._device)
-        if self._fail_fast and result.dead.num_rows:
-            first = result.dead.slice(0, 1).to_pylist()[0]
-            raise FailFast(f"{first['reason']}: {first['source']} row {first['row']} ({batch_key}): {first['message']}")
+        check_fail_fast(result, batch_key, self._fail_fast)
+        count_batch(result.counters)
         counts = result.counters
-        for name in ("groups", "rollouts", "uniform_groups"):
-            counter(name).inc(counts[name])
-        counter("rows_dead").inc(counts["rows_dead"])
-        counter("rows_filtered").inc(counts["rows_filtered"])
         for source, table in result.results.items():
             yield source, table
         for source, records in rows.split_by_source(result.dead).items():

@@ -14,6 +14,15 @@ FILES = "files"
 DEAD = "dead"
 
 
+def dead_file_outputs(source, reason, message, fail_fast):
+    """A whole file is unusable: one dead letter with a null row, and its file record."""
+    if fail_fast:
+        raise FailFast(f"{reason}: {message}")
+    counter("files_dead").inc()
+    yield pvalue.TaggedOutput(DEAD, rows.file_dead_letter(source, reason, message))
+    yield pvalue.TaggedOutput(FILES, (source, {"output": None, "rows_in": 0, "reason": reason}))
+
+
 class ReadSlimTablesFn(beam.DoFn):
     """input record {path, output, size, mtime} -> (batch key, (source, slim table, prompt_group_sizes))."""
 
@@ -34,11 +43,7 @@ class ReadSlimTablesFn(beam.DoFn):
             yield from self._slim_parts(element, table, metadata, parts)
 
     def _dead_file(self, source, reason, message):
-        if self._fail_fast:
-            raise FailFast(f"{reason}: {message}")
-        counter("files_dead").inc()
-        yield pvalue.TaggedOutput(DEAD, rows.file_dead_letter(source, reason, message))
-        yield pvalue.TaggedOutput(FILES, (source, {"output": None, "rows_in": 0, "reason": reason}))
+        yield from dead_file_outputs(source, reason, message, self._fail_fast)
 
     def _slim_parts(self, record, table, metadata, parts):
         source = record["path"]

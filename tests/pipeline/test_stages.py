@@ -1,5 +1,6 @@
 """Each stage and the whole graph on TestPipeline, checked with assert_that."""
 import json
+import os
 
 import apache_beam as beam
 import pyarrow as pa
@@ -70,3 +71,28 @@ def test_whole_graph_writes_outputs_and_manifest(test_pipeline, tmp_path):
     assert pq.read_table(out / "part-0.parquet").column("advantage").to_pylist() == [-0.5, 0.5, 0.5, 0.5]
     assert pq.read_table(out / "part-1.parquet").num_rows == 0
     assert pq.read_table(out / "dead_letters.parquet").column("row").to_pylist() == [0, 1]
+
+
+def test_shuffle_path_and_one_pass_path_write_identical_files(tmp_path, monkeypatch):
+    from apache_beam.testing.test_pipeline import TestPipeline
+
+    import pipeline.graph as graph
+    from pipeline.generate import RunSpec, write_pt_run, write_parquet_run
+
+    src = tmp_path / "in"
+    write_parquet_run(RunSpec(steps=2, prompts_per_step=3, seed=5), src / "pq")
+    write_pt_run(RunSpec(steps=1, prompts_per_step=3, seed=5), src / "pt", flavor="miles")
+    (src / "pq" / "x.parquet").write_bytes(b"junk")
+    pq.write_table(pa.table({"reward": [1.0, float("nan"), 0.0], "rollout_id": [1, 2, 3]}), src / "pq" / "y.parquet")
+    outputs = {}
+    for path, split in (("one_pass", lambda files: (files, [])), ("shuffle", lambda files: ([], files))):
+        monkeypatch.setattr(graph, "split_by_batch_sharing", split)
+        out = tmp_path / path
+        out.mkdir()
+        settings = RunSettings(inputs=(str(src),), output=str(out), core=CoreConfig(), device="cpu",
+                               drop_uniform_groups=True)
+        with TestPipeline(runner="FnApiRunner") as p:
+            build(p, settings, expand_inputs(settings.inputs, settings.output))
+        outputs[path] = {n: (out / n).read_bytes() for n in sorted(os.listdir(out))}
+    assert "dead_letters.parquet" in outputs["one_pass"] and "filtered.parquet" in outputs["one_pass"]
+    assert outputs["one_pass"] == outputs["shuffle"]

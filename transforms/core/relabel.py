@@ -118,9 +118,12 @@ def _choose_grouping(inp: CoreInput, config: CoreConfig):
             totals = torch.stack([s.sum() for s in sizes])
             given_t = torch.tensor(given, device=device)
             rule[given_t] = EXPLICIT_SIZES
-            problem[given_t] = torch.where(totals != batch_size[given_t], CODE["group-sizes-mismatch"], 0)
-            sizes_boundaries = torch.cat([
-                batch_start[i] + torch.cumsum(s[s > 0], 0) for i, s in zip(given, sizes)])
+            matches = totals == batch_size[given_t]
+            problem[given_t] = torch.where(matches, 0, CODE["group-sizes-mismatch"])
+            # boundaries of a batch whose sizes do not add up would spill into the next batch
+            usable = [(i, s) for (i, s), ok in zip(zip(given, sizes), matches.tolist()) if ok]
+            if usable:
+                sizes_boundaries = torch.cat([batch_start[i] + torch.cumsum(s[s > 0], 0) for i, s in usable])
     return rule, problem, sizes_boundaries
 
 

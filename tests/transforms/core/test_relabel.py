@@ -277,3 +277,13 @@ def test_many_batches_in_one_call_equal_separate_calls():
     together = run(rows)
     apart = [run([dict(r, batch=0) for r in rows if r["batch"] == b]) for b in range(3)]
     assert together.advantage.tolist() == [x for o in apart for x in o.advantage.tolist()]
+
+
+def test_wrong_sizes_of_one_batch_do_not_leak_into_the_next():
+    # found by the property test: batch 0's sizes [9] overran its 8 rows into batch 1
+    rows = [dict(batch=0, rollout_id=i, reward=0.0) for i in range(8)] + [
+        dict(batch=1, rollout_id=i, reward=r) for i, r in enumerate((1.0, 0.0, 1.0, 0.0))]
+    out = run(rows, sizes=[[9], [4]], std_normalization=False)
+    assert out.problem.tolist() == [CODE["group-sizes-mismatch"]] * 8 + [0] * 4
+    assert out.advantage.tolist()[8:] == [0.5, -0.5, 0.5, -0.5]
+    assert out.prompt_group.tolist()[8:] == [0, 0, 0, 0]

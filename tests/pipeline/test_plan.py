@@ -1,0 +1,31 @@
+"""Which inputs hold whole batches (one pass) and which share a batch with another file (shuffle)."""
+import os
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from pipeline.inputs import expand_inputs
+from pipeline.plan import split_by_batch_sharing
+from tests.conftest import FIXTURES
+
+
+def test_overlapping_step_ranges_share_batches(tmp_path):
+    def write(name, steps):
+        pq.write_table(pa.table({"reward": [0.0] * len(steps), "step": steps}), tmp_path / name)
+    write("a.parquet", [0, 0, 1])
+    write("b.parquet", [1, 2])        # shares step 1 with a
+    write("c.parquet", [5, 6])        # alone
+    write("d.parquet", [2, 2])        # shares step 2 with b (a chain: a-b-d)
+    pq.write_table(pa.table({"reward": [0.0]}), tmp_path / "e.parquet")  # no step: its own batch
+    (tmp_path / "f.parquet").write_bytes(b"junk")  # unreadable: the one-pass path reports it
+    files = expand_inputs([str(tmp_path)], str(tmp_path / "out"))
+    whole, shared = split_by_batch_sharing(files)
+    name = os.path.basename
+    assert sorted(name(f.path) for f in shared) == ["a.parquet", "b.parquet", "d.parquet"]
+    assert sorted(name(f.path) for f in whole) == ["c.parquet", "e.parquet", "f.parquet"]
+
+
+def test_dumps_are_whole_batches():
+    files = expand_inputs([os.path.join(FIXTURES, "slime_rollout_data")], "/nonexistent")
+    whole, shared = split_by_batch_sharing(files)
+    assert len(whole) == 2 and shared == []

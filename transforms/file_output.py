@@ -1,0 +1,60 @@
+"""Finishing one input file: its training-row Parquet (unless already complete), and its dead and
+filtered records with their full rows attached. Shared by both write paths; no Beam here."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import pyarrow as pa
+
+import schemas
+from transforms import rows, sinks
+
+
+@dataclass
+class FileOutcome:
+    stats: dict
+    dead: pa.Table
+    filtered: pa.Table
+
+
+def concat(tables, schema) -> pa.Table:
+    tables = [t for t in tables if t.num_rows]
+    return pa.concat_tables(tables) if tables else schema.empty_table()
+
+
+def is_complete(output_dir: str, name: str, lineage: dict) -> tuple[bool, int]:
+    """Whether output_dir/name was written by a run with this exact lineage; its row count if so."""
+    existing = sinks.read_lineage(output_dir, name)
+    if existing is None or {k: existing.get(k) for k in lineage} != lineage:
+        return False, 0
+    return True, existing["_rows"]
+
+
+def file_lineage(lineage: dict, record: dict) -> dict:
+    return dict(lineage, source=record["path"], input_size=record["size"], input_mtime=record["mtime"])
+
+
+def finish_file(record: dict, full_table: Callable[[], pa.Table], result: pa.Table, dead: pa.Table,
+                filtered: pa.Table, output_dir: str, lineage: dict, complete: tuple[bool, int]) -> FileOutcome:
+    """Write the file's training rows (unless complete) and attach rows to its records.
+
+    full_table is called at most once, and only when the full rows are needed.
+    """
+    table = full_table() if (not complete[0] or dead.num_rows or filtered.num_rows) else None
+    if complete[0]:
+        rows_out = complete[1]
+    else:
+        training = rows.training_rows(table, result)
+        sinks.write_parquet_atomically(training, output_dir, record["output"], lineage=lineage)
+        rows_out = training.num_rows
+    return FileOutcome(
+        stats={"kind": "file", "source": record["path"], "output": record["output"], "rows_in": record["rows_in"],
+               "rows_out": rows_out, "resumed": complete[0]},
+        dead=rows.with_row_json(dead, table) if dead.num_rows else dead,
+        filtered=rows.with_row_json(filtered, table) if filtered.num_rows else filtered,
+    )
+
+
+def empty_records() -> pa.Table:
+    return schemas.DEAD_LETTERS.empty_table()

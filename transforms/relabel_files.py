@@ -1,0 +1,99 @@
+"""RelabelWholeFiles: files whose batches lie entirely inside them, relabelled in one pass.
+
+A .pt dump is one batch; a Parquet file without `step`, or whose steps no
+other input holds, contains whole batches. Nothing of such a file needs to
+meet rows of another file, so one DoFn reads it once (every column), runs
+the numeric core on each of its batches and writes its training rows: no
+shuffle, and memory bounded by one file. Batches spread over several files
+take the shuffle path (ReadRollouts -> GatherBatches -> GroupAdvantages ->
+JoinAndWrite) instead; both paths share every function that does the work.
+"""
+from __future__ import annotations
+
+import apache_beam as beam
+from apache_beam import pvalue
+
+import schemas
+from transforms import file_output, rows
+from transforms.core.config import CoreConfig
+from transforms.formats import BadFile, read_rollouts
+from transforms.group_advantages import COUNTERS, check_fail_fast, count_batch, resolve_device
+from transforms.metrics import counter
+from transforms.read_rollouts import DEAD, FILES, dead_file_outputs
+
+FILTERED = "filtered"
+STATS = "stats"
+
+
+class RelabelWholeFileFn(beam.DoFn):
+    def __init__(self, config: CoreConfig, reward_key, drop_uniform_groups, device, fail_fast, output_dir, lineage):
+        self._config = config
+        self._reward_key = reward_key
+        self._drop_uniform_groups = drop_uniform_groups
+        self._requested_device = device
+        self._fail_fast = fail_fast
+        self._output_dir = output_dir
+        self._lineage = lineage
+        self._device = None
+
+    def setup(self):
+        self._device = resolve_device(self._requested_device)
+
+    def process(self, record):
+        source = record["path"]
+        lineage = file_output.file_lineage(self._lineage, record)
+        complete = file_output.is_complete(self._output_dir, record["output"], lineage)
+        try:
+            # a complete output needs only the slim columns (to rebuild dead letters and counters)
+            table, metadata = read_rollouts(source, columns=schemas.SLIM_INPUT_COLUMNS if complete[0] else None)
+            parts = rows.extract_slim(table, source, self._reward_key)
+        except BadFile as bad:
+            yield from dead_file_outputs(source, bad.reason, bad.message, self._fail_fast)
+        except rows.FileProblem as problem:
+            yield from dead_file_outputs(source, problem.reason, str(problem), self._fail_fast)
+        else:
+            yield from self._relabel(record, lineage, complete, table, metadata, parts)
+
+    def _relabel(self, record, lineage, complete, table, metadata, parts):
+        source = record["path"]
+        counter("rows_in").inc(table.num_rows)
+        record = dict(record, rows_in=table.num_rows, reason=None)
+        yield pvalue.TaggedOutput(FILES, (source, record))
+
+        results, dead, filtered = [], [], []
+        for batch_key, slim in parts:
+            batch = rows.relabel_batch(batch_key, [slim], metadata["prompt_group_sizes"], self._config,
+                                       drop_uniform_groups=self._drop_uniform_groups, device=self._device)
+            check_fail_fast(batch, batch_key, self._fail_fast)
+            count_batch(batch.counters)
+            results += batch.results.values()
+            dead.append(batch.dead)
+            filtered.append(batch.filtered)
+            yield pvalue.TaggedOutput(COUNTERS, dict(batch.counters, batch=batch_key))
+
+        full_table = (lambda: read_rollouts(source)[0]) if complete[0] else (lambda: table)
+        outcome = file_output.finish_file(
+            record, full_table, file_output.concat(results, schemas.RESULT),
+            file_output.concat(dead, schemas.DEAD_LETTERS), file_output.concat(filtered, schemas.DEAD_LETTERS),
+            self._output_dir, lineage, complete)
+        counter("files_skipped" if complete[0] else "files_out").inc()
+        counter("rows_out").inc(outcome.stats["rows_out"])
+        if outcome.dead.num_rows:
+            yield pvalue.TaggedOutput(DEAD, outcome.dead)
+        if outcome.filtered.num_rows:
+            yield pvalue.TaggedOutput(FILTERED, outcome.filtered)
+        yield outcome.stats
+
+
+class RelabelWholeFiles(beam.PTransform):
+    """PCollection[input record] -> stats (main) / files / dead / filtered / counters."""
+
+    def __init__(self, config: CoreConfig, reward_key=None, drop_uniform_groups=False, device="auto",
+                 fail_fast=False, output_dir="", lineage=None):
+        super().__init__()
+        self._fn = RelabelWholeFileFn(config, reward_key, drop_uniform_groups, device, fail_fast, output_dir,
+                                      lineage or {})
+
+    def expand(self, records):
+        return records | "RelabelEachFile" >> beam.ParDo(self._fn).with_outputs(
+            FILES, DEAD, FILTERED, COUNTERS, main=STATS)
