@@ -3,22 +3,11 @@ from __future__ import annotations
 
 import apache_beam as beam
 
+from transforms.combiners import CollectFn
 
-class GatherBatchFn(beam.CombineFn):
-    """Accumulates (source, slim table, prompt_group_sizes) parts; order is fixed later by (source, row)."""
 
-    def create_accumulator(self):
-        return []
-
-    def add_input(self, parts, part):
-        parts.append(part)
-        return parts
-
-    def merge_accumulators(self, accumulators):
-        merged = []
-        for parts in accumulators:
-            merged.extend(parts)
-        return merged
+class GatherBatchFn(CollectFn):
+    """Collects (source, slim table, prompt_group_sizes) parts; order is fixed later by (source, row)."""
 
     def extract_output(self, parts):
         parts = sorted(parts, key=lambda part: (part[0], part[1].column("row")[0].as_py() if part[1].num_rows else -1))

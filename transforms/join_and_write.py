@@ -41,13 +41,18 @@ class WriteTrainingRowsFn(beam.DoFn):
             file_output.concat(joined["dead"], schemas.DEAD_LETTERS),
             file_output.concat(joined["filtered"], schemas.DEAD_LETTERS),
             self._output_dir, lineage, complete)
-        counter("files_skipped" if complete[0] else "files_out").inc()
-        counter("rows_out").inc(outcome.stats["rows_out"])
-        if outcome.dead.num_rows:
-            yield pvalue.TaggedOutput(DEAD, outcome.dead)
-        if outcome.filtered.num_rows:
-            yield pvalue.TaggedOutput(FILTERED, outcome.filtered)
-        yield outcome.stats
+        yield from emit_outcome(outcome)
+
+
+def emit_outcome(outcome: file_output.FileOutcome):
+    """A finished file's outputs: its dead and filtered records (tagged) and its stats (main)."""
+    counter("files_skipped" if outcome.stats["resumed"] else "files_out").inc()
+    counter("rows_out").inc(outcome.stats["rows_out"])
+    if outcome.dead.num_rows:
+        yield pvalue.TaggedOutput(DEAD, outcome.dead)
+    if outcome.filtered.num_rows:
+        yield pvalue.TaggedOutput(FILTERED, outcome.filtered)
+    yield outcome.stats
 
 
 class JoinAndWrite(beam.PTransform):

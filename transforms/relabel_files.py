@@ -19,10 +19,8 @@ from transforms.core.config import CoreConfig
 from transforms.formats import BadFile, read_rollouts
 from transforms.group_advantages import COUNTERS, check_fail_fast, count_batch, resolve_device
 from transforms.metrics import counter
-from transforms.read_rollouts import DEAD, FILES, dead_file_outputs
-
-FILTERED = "filtered"
-STATS = "stats"
+from transforms.join_and_write import DEAD, FILTERED, STATS, emit_outcome
+from transforms.read_rollouts import FILES, dead_file_outputs
 
 
 class RelabelWholeFileFn(beam.DoFn):
@@ -76,13 +74,7 @@ class RelabelWholeFileFn(beam.DoFn):
             record, full_table, file_output.concat(results, schemas.RESULT),
             file_output.concat(dead, schemas.DEAD_LETTERS), file_output.concat(filtered, schemas.DEAD_LETTERS),
             self._output_dir, lineage, complete)
-        counter("files_skipped" if complete[0] else "files_out").inc()
-        counter("rows_out").inc(outcome.stats["rows_out"])
-        if outcome.dead.num_rows:
-            yield pvalue.TaggedOutput(DEAD, outcome.dead)
-        if outcome.filtered.num_rows:
-            yield pvalue.TaggedOutput(FILTERED, outcome.filtered)
-        yield outcome.stats
+        yield from emit_outcome(outcome)
 
 
 class RelabelWholeFiles(beam.PTransform):

@@ -11,13 +11,10 @@ from dataclasses import dataclass, field
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import torch
 
 import schemas
 from transforms.core.config import CoreConfig
 from transforms.core.reasons import CODE, REASONS
-from transforms.core.relabel import relabel
-from transforms.core.types import CoreInput
 
 
 # ---------------------------------------------------------------- slim path
@@ -244,6 +241,8 @@ class BatchResult:
 
 def relabel_batch(batch_key: str, parts: list[pa.Table], prompt_group_sizes, config: CoreConfig,
                   drop_uniform_groups: bool = False, device: str = "cpu") -> BatchResult:
+    from transforms.core.relabel import relabel  # torch on first use: start-up and --dry-run stay fast
+
     slim = pa.concat_tables(parts).combine_chunks() if parts else schemas.SLIM.empty_table()
     slim = slim.take(pc.sort_indices(slim, [("source", "ascending"), ("row", "ascending")]))
     n = slim.num_rows
@@ -256,22 +255,9 @@ def relabel_batch(batch_key: str, parts: list[pa.Table], prompt_group_sizes, con
         duplicate[1:] = (sources[1:] == sources[:-1]) & (rows[1:] == rows[:-1])
         _flag(problem, details, duplicate, "duplicate-row", lambda i: f"row {rows[i]} of {sources[i]} appears twice")
 
-    group_index, rollout_key = slim.column("group_index"), slim.column("rollout_key")
+    rollout_key = slim.column("rollout_key")
     reward = _fill(slim.column("reward"), 0.0).astype(np.float64)
-    trainable = torch.from_numpy(_fill(slim.column("trainable"), 0).astype(np.int64))
-    inp = CoreInput(
-        batch=torch.zeros(n, dtype=torch.long),
-        reward=torch.from_numpy(reward),
-        trainable=trainable,
-        mask_sum=trainable,
-        group_index=torch.from_numpy(_fill(group_index, 0).astype(np.int64)),
-        has_group_index=torch.from_numpy(_fill(group_index.is_valid(), False).astype(bool)),
-        rollout_key=torch.from_numpy(_fill(rollout_key, 0).astype(np.int64)),
-        has_rollout_key=torch.from_numpy(_fill(rollout_key.is_valid(), False).astype(bool)),
-        row_problem=torch.from_numpy(problem),
-        num_batches=1,
-        prompt_group_sizes=[None if prompt_group_sizes is None else torch.tensor(prompt_group_sizes, dtype=torch.long)],
-    )
+    inp = core_input_from_slim(slim, np.zeros(n, dtype=np.int64), [prompt_group_sizes], problem)
     out = relabel(inp.to(device), config).to("cpu")
 
     dead_code = out.problem.numpy()
@@ -310,6 +296,32 @@ def relabel_batch(batch_key: str, parts: list[pa.Table], prompt_group_sizes, con
         "group_sizes": np.bincount(np.bincount(out.prompt_group.numpy()[live])).tolist() if live.any() else [],
     }
     return BatchResult(results, dead, filtered, counters)
+
+
+def core_input_from_slim(slim: pa.Table, batch_ids: np.ndarray, prompt_group_sizes: list, problem: np.ndarray):
+    """The core's flat tensors from slim rows sorted by (batch, row order)."""
+    import torch
+
+    from transforms.core.types import CoreInput
+
+    def tensor(values, dtype):
+        return torch.from_numpy(np.ascontiguousarray(values, dtype=dtype))
+
+    group_index, rollout_key = slim.column("group_index"), slim.column("rollout_key")
+    trainable = tensor(_fill(slim.column("trainable"), 0), np.int64)
+    return CoreInput(
+        batch=tensor(batch_ids, np.int64),
+        reward=tensor(_fill(slim.column("reward"), 0.0), np.float64),
+        trainable=trainable,
+        mask_sum=trainable,
+        group_index=tensor(_fill(group_index, 0), np.int64),
+        has_group_index=tensor(_fill(group_index.is_valid(), False), bool),
+        rollout_key=tensor(_fill(rollout_key, 0), np.int64),
+        has_rollout_key=tensor(_fill(rollout_key.is_valid(), False), bool),
+        row_problem=tensor(problem, np.int64),
+        num_batches=len(prompt_group_sizes),
+        prompt_group_sizes=[None if s is None else torch.tensor(s, dtype=torch.long) for s in prompt_group_sizes],
+    )
 
 
 def _dead_messages(batch_key, dead_rows, dead_code, row_problem, details, sources, rows, prompt_group,

@@ -5,21 +5,7 @@ import apache_beam as beam
 
 from pipeline import manifest as manifest_lib
 from transforms import sinks
-
-
-class CollectFn(beam.CombineFn):
-    def create_accumulator(self):
-        return []
-
-    def add_input(self, items, item):
-        items.append(item)
-        return items
-
-    def merge_accumulators(self, accumulators):
-        return [i for items in accumulators for i in items]
-
-    def extract_output(self, items):
-        return items
+from transforms.combiners import CollectFn
 
 
 class WriteManifestFn(beam.DoFn):

@@ -6,19 +6,10 @@ import pyarrow as pa
 
 import schemas
 from transforms import sinks
+from transforms.combiners import CollectFn
 
 
-class ConcatTablesFn(beam.CombineFn):
-    def create_accumulator(self):
-        return []
-
-    def add_input(self, tables, table):
-        tables.append(table)
-        return tables
-
-    def merge_accumulators(self, accumulators):
-        return [t for tables in accumulators for t in tables]
-
+class ConcatTablesFn(CollectFn):
     def extract_output(self, tables):
         if not tables:
             return schemas.DEAD_LETTERS.empty_table()
