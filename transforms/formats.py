@@ -11,6 +11,7 @@ import pickle
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
 PT_SUFFIXES = (".pt", ".pth")
@@ -44,30 +45,39 @@ def read_rollouts(path: str, columns=None) -> tuple[pa.Table, dict]:
 
     metadata: {"step": int | None, "prompt_group_sizes": list[int] | None}
     """
-    raw = _read_bytes(path)
-    if not raw:
-        raise BadFile("empty-file", f"{path}: file is empty (0 bytes)")
     if file_format(path) == "pt":
+        raw = _read_bytes(path)
+        if not raw:
+            raise BadFile("empty-file", f"{path}: file is empty (0 bytes)")
         return _read_pt(path, raw, columns)
-    return _read_parquet(path, raw, columns), {"step": None, "prompt_group_sizes": None}
+    return _read_parquet(path, columns), {"step": None, "prompt_group_sizes": None}
 
 
 def _read_bytes(path: str) -> bytes:
     try:
-        with FileSystems.open(path, compression_type="uncompressed") as handle:
+        with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
             return handle.read()
     except Exception as error:  # noqa: BLE001 - any I/O failure makes the file unreadable
         raise BadFile("unreadable-file", f"{path}: cannot be read: {error}") from error
 
 
-def _read_parquet(path, raw, columns):
+def _read_parquet(path, columns):
+    """Streams through the FileSystems handle: the encoded file is never held in memory whole."""
     try:
-        parquet = pq.ParquetFile(pa.BufferReader(raw))
-        present = parquet.schema_arrow.names
-        wanted = None if columns is None else [c for c in columns if c in present]
-        return parquet.read(columns=wanted)
-    except Exception as error:  # noqa: BLE001
-        raise BadFile("unreadable-file", f"{path}: not a readable Parquet file: {error}") from error
+        handle = FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED)
+    except Exception as error:  # noqa: BLE001 - any I/O failure makes the file unreadable
+        raise BadFile("unreadable-file", f"{path}: cannot be read: {error}") from error
+    with handle:
+        if handle.seek(0, io.SEEK_END) == 0:
+            raise BadFile("empty-file", f"{path}: file is empty (0 bytes)")
+        handle.seek(0)
+        try:
+            parquet = pq.ParquetFile(handle)
+            present = parquet.schema_arrow.names
+            wanted = None if columns is None else [c for c in columns if c in present]
+            return parquet.read(columns=wanted)
+        except Exception as error:  # noqa: BLE001
+            raise BadFile("unreadable-file", f"{path}: not a readable Parquet file: {error}") from error
 
 
 def _read_pt(path, raw, columns):

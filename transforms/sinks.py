@@ -18,15 +18,14 @@ def join(directory: str, name: str) -> str:
     return FileSystems.join(directory, name)
 
 
-def write_parquet_atomically(table: pa.Table, directory: str, name: str, lineage: dict | None = None) -> int:
+def write_parquet_atomically(table: pa.Table, directory: str, name: str, lineage: dict | None = None) -> None:
     """Write `table` as directory/name; the final name appears only once the file is complete."""
     if lineage is not None:
         metadata = dict(table.schema.metadata or {})
         metadata[LINEAGE_KEY] = json.dumps(lineage, sort_keys=True).encode()
         table = table.replace_schema_metadata(metadata)
-    sink = pa.BufferOutputStream()
-    pq.write_table(table, sink, **parquet_write_options(table.schema))
-    return write_bytes_atomically(sink.getvalue().to_pybytes(), directory, name)
+    return _write_atomically(directory, name, lambda handle: pq.write_table(
+        table, handle, **parquet_write_options(table.schema)))
 
 
 def parquet_write_options(schema: pa.Schema) -> dict:
@@ -35,11 +34,16 @@ def parquet_write_options(schema: pa.Schema) -> dict:
     return {"compression": "zstd", "use_dictionary": flat, "write_statistics": True}
 
 
-def write_bytes_atomically(data: bytes, directory: str, name: str) -> int:
+def write_bytes_atomically(data: bytes, directory: str, name: str) -> None:
+    _write_atomically(directory, name, lambda handle: handle.write(data))
+
+
+def _write_atomically(directory: str, name: str, write) -> None:
+    """write(handle) fills a temporary file, streamed (never a whole copy in memory), then it is renamed."""
     final = join(directory, name)
     temp = join(directory, TEMP_PREFIX + name)
     with FileSystems.create(temp, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
-        handle.write(data)
+        write(handle)
     crash_point("before-rename", name)
     try:  # a local rename replaces the old file atomically
         FileSystems.rename([temp], [final])
@@ -47,7 +51,6 @@ def write_bytes_atomically(data: bytes, directory: str, name: str) -> int:
         FileSystems.delete([final])
         FileSystems.rename([temp], [final])
     crash_point("after-rename", name)
-    return len(data)
 
 
 def read_lineage(directory: str, name: str) -> dict | None:
