@@ -4,13 +4,13 @@ from __future__ import annotations
 import apache_beam as beam
 
 from pipeline.inputs import InputFile
-from pipeline.plan import split_by_batch_sharing
+from pipeline.plan import group_by_batch_sharing
 from pipeline.settings import RunSettings
 from transforms.gather_batches import GatherBatches
 from transforms.group_advantages import GroupAdvantages
 from transforms.join_and_write import JoinAndWrite
 from transforms.read_rollouts import ReadRollouts
-from transforms.relabel_files import RelabelWholeFiles
+from transforms.relabel_files import RelabelFileGroups
 from transforms.write_manifest import WriteManifest
 from transforms.write_records import WriteRecords
 
@@ -30,10 +30,10 @@ def batch_stat(counters):
 def build(p: beam.Pipeline, settings: RunSettings, files: list[InputFile]):
     """Add the relabel graph to `p`; returns the PCollection holding the manifest dict."""
     lineage = dict(settings.semantics_record(), fingerprint=settings.fingerprint())
-    whole, shared = split_by_batch_sharing(files)
+    groups, shared = group_by_batch_sharing(files)
 
-    one_pass = (p | "ListWholeBatchFiles" >> beam.Create([f.record() for f in whole])
-                | "RelabelWholeFiles" >> RelabelWholeFiles(
+    one_pass = (p | "ListFileGroups" >> beam.Create([[f.record() for f in g] for g in groups])
+                | "RelabelFileGroups" >> RelabelFileGroups(
                     settings.core, settings.reward_key, settings.drop_uniform_groups, settings.device,
                     settings.fail_fast, settings.output, lineage))
 

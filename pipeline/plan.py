@@ -17,23 +17,37 @@ from pipeline.inputs import InputFile
 from transforms.formats import file_format
 
 
-def split_by_batch_sharing(files: list[InputFile], threads: int = 16) -> tuple[list[InputFile], list[InputFile]]:
-    """(files holding whole batches, files whose `step` ranges overlap another file's)."""
+# A group of files sharing batches larger than this goes through the shuffle path instead of one worker.
+MAX_GROUP_BYTES = 1 << 30
+
+
+def group_by_batch_sharing(files: list[InputFile], max_group_bytes: int = MAX_GROUP_BYTES,
+                           threads: int = 16) -> tuple[list[list[InputFile]], list[InputFile]]:
+    """(groups relabelled in one pass each, files for the shuffle path).
+
+    Files whose `step` ranges overlap (transitively) share batches and form one
+    group; every other file is a group of its own. A group over max_group_bytes
+    of input goes to the shuffle path, which never holds a whole batch's heavy
+    columns in one place.
+    """
     with ThreadPoolExecutor(max_workers=threads) as pool:
         ranges = list(pool.map(_step_range, files))
+    groups = [[f] for f, r in zip(files, ranges, strict=True) if r is None]
     stepped = sorted(((r, f) for r, f in zip(ranges, files, strict=True) if r is not None), key=lambda rf: rf[0])
-    shared: set[str] = set()
     component: list[InputFile] = []
     reach = None
-    for (low, high), f in stepped + [((float("inf"), float("inf")), None)]:
+    for (low, high), f in stepped:
         if reach is not None and low > reach:
-            if len(component) > 1:
-                shared.update(c.path for c in component)
+            groups.append(component)
             component, reach = [], None
-        if f is not None:
-            component.append(f)
-            reach = high if reach is None else max(reach, high)
-    return [f for f in files if f.path not in shared], [f for f in files if f.path in shared]
+        component.append(f)
+        reach = high if reach is None else max(reach, high)
+    if component:
+        groups.append(component)
+    one_pass = [sorted(g, key=lambda f: f.path) for g in groups if sum(f.size for f in g) <= max_group_bytes
+                or len(g) == 1]
+    shuffled = [f for g in groups if len(g) > 1 and sum(f.size for f in g) > max_group_bytes for f in g]
+    return sorted(one_pass, key=lambda g: g[0].path), sorted(shuffled, key=lambda f: f.path)
 
 
 def _step_range(f: InputFile):

@@ -50,9 +50,8 @@ TRAINING_COLUMNS = pa.schema([
 ])
 ADDED_COLUMN_NAMES = tuple(f.name for f in TRAINING_COLUMNS if f.name != "loss_mask")
 
-# The slim record of a row that crosses the shuffle (tens of bytes a row).
+# The slim record of a row that crosses the shuffle (tens of bytes a row); its file travels beside it.
 SLIM = pa.schema([
-    pa.field("source", pa.string(), nullable=False),
     pa.field("row", pa.int64(), nullable=False),
     pa.field("reward", pa.float64(), nullable=False),
     pa.field("trainable", pa.int64(), nullable=False),

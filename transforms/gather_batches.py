@@ -10,13 +10,13 @@ class GatherBatchFn(CollectFn):
     """Collects (source, slim table, prompt_group_sizes) parts; order is fixed later by (source, row)."""
 
     def extract_output(self, parts):
-        parts = sorted(parts, key=lambda part: (part[0], part[1].column("row")[0].as_py() if part[1].num_rows else -1))
+        parts = sorted(parts, key=lambda part: part[0])  # runners deliver in any order
         sizes = next((s for _, _, s in parts if s is not None), None)
-        return [table for _, table, _ in parts], sizes
+        return [(source, table) for source, table, _ in parts], sizes
 
 
 class GatherBatches(beam.PTransform):
-    """PCollection[(batch key, part)] -> PCollection[(batch key, ([slim tables], prompt_group_sizes))]."""
+    """PCollection[(batch key, part)] -> PCollection[(batch key, ([(source, slim)], prompt_group_sizes))]."""
 
     def expand(self, keyed_parts):
         return keyed_parts | "CombinePerBatch" >> beam.CombinePerKey(GatherBatchFn())

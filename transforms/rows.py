@@ -77,7 +77,6 @@ def extract_slim(table: pa.Table, source: str, reward_key: str | None) -> list[t
     for i, text in details.items():
         detail[i] = text
     slim = pa.table({
-        "source": pa.array([source] * n, pa.string()) if n else pa.array([], pa.string()),
         "row": pa.array(np.arange(n, dtype=np.int64)),
         "reward": pa.array(np.where(problem == 0, reward, 0.0)),
         "trainable": pa.array(trainable.astype(np.int64)),
@@ -239,21 +238,35 @@ class BatchResult:
     counters: dict = field(default_factory=dict)
 
 
-def relabel_batch(batch_key: str, parts: list[pa.Table], prompt_group_sizes, config: CoreConfig,
+def relabel_batch(batch_key: str, parts: list[tuple[str, pa.Table]], prompt_group_sizes, config: CoreConfig,
                   drop_uniform_groups: bool = False, device: str = "cpu") -> BatchResult:
+    """One batch, given as (source, slim rows) parts, through the core.
+
+    Row order is (source, row): parts sorted by source, each part's rows in file order.
+    """
     from transforms.core.relabel import relabel  # torch on first use: start-up and --dry-run stay fast
 
-    slim = pa.concat_tables(parts).combine_chunks() if parts else schemas.SLIM.empty_table()
-    slim = slim.take(pc.sort_indices(slim, [("source", "ascending"), ("row", "ascending")]))
+    parts = sorted(parts, key=lambda part: part[0])
+    part_sources = [source for source, _ in parts]
+    sizes = np.array([t.num_rows for _, t in parts], dtype=np.int64)
+    bounds = np.concatenate([[0], np.cumsum(sizes)])
+    slim = (pa.concat_tables([t for _, t in parts]).combine_chunks() if parts else schemas.SLIM.empty_table())
     n = slim.num_rows
     problem = _fill(slim.column("problem"), 0).astype(np.int64)
-    details = {i: d for i, d in enumerate(slim.column("detail").to_pylist()) if d is not None}
-    sources = slim.column("source").to_numpy(zero_copy_only=False)
+    detail = slim.column("detail")
+    details = {int(i): detail[int(i)].as_py() for i in np.flatnonzero(np.asarray(detail.is_valid()))}
     rows = np.asarray(slim.column("row"))
-    if n > 1:
+
+    def source_of(i):
+        return part_sources[int(np.searchsorted(bounds, i, side="right")) - 1]
+
+    if len(set(part_sources)) < len(part_sources):  # the same file twice in one batch
+        owner = np.repeat(np.arange(len(parts)), sizes)
+        keys = np.array([f"{part_sources[o]}\0{r}" for o, r in zip(owner, rows)])
+        order = np.argsort(keys, kind="stable")
         duplicate = np.zeros(n, dtype=bool)
-        duplicate[1:] = (sources[1:] == sources[:-1]) & (rows[1:] == rows[:-1])
-        _flag(problem, details, duplicate, "duplicate-row", lambda i: f"row {rows[i]} of {sources[i]} appears twice")
+        duplicate[order[1:]] = keys[order[1:]] == keys[order[:-1]]
+        _flag(problem, details, duplicate, "duplicate-row", lambda i: f"row {rows[i]} of {source_of(i)} appears twice")
 
     rollout_key = slim.column("rollout_key")
     reward = _fill(slim.column("reward"), 0.0).astype(np.float64)
@@ -264,36 +277,38 @@ def relabel_batch(batch_key: str, parts: list[pa.Table], prompt_group_sizes, con
     live = dead_code == 0
     uniform = out.uniform.numpy()
     keep = live & ~uniform if drop_uniform_groups else live
-    raw_reward = np.where(problem == 0, reward, np.nan).astype(np.float32)
+    prompt_group = out.prompt_group.numpy()
     result = pa.table({
         "row": pa.array(rows),
-        "raw_reward": pa.array(raw_reward),
+        "raw_reward": pa.array(np.where(problem == 0, reward, np.nan).astype(np.float32)),
         "advantage": pa.array(out.advantage.numpy()),
         "mainstream": pa.array(out.mainstream.numpy()),
         "rollout_key": rollout_key,
-        "prompt_group": pa.array(out.prompt_group.numpy()),
+        "prompt_group": pa.array(prompt_group),
         "rollout_mask_sum": pa.array(out.rollout_mask_sum.numpy()),
         "uniform": pa.array(uniform),
     }, schema=schemas.RESULT)
+    everything_kept = bool(keep.all())
     results = {}
-    for source in np.unique(sources):
-        mine = (sources == source) & keep
-        results[str(source)] = result.filter(pa.array(mine))
+    for k, source in enumerate(part_sources):
+        mine = result.slice(bounds[k], sizes[k])
+        results[source] = mine if everything_kept else mine.filter(pa.array(keep[bounds[k]:bounds[k + 1]]))
 
     dead_rows = np.flatnonzero(~live)
-    messages = _dead_messages(batch_key, dead_rows, dead_code, problem, details, sources, rows,
-                              out.prompt_group.numpy(), reward, rollout_key, config)
-    dead = _records(batch_key, sources[dead_rows], rows[dead_rows],
+    messages = _dead_messages(batch_key, dead_rows, dead_code, problem, details, source_of, rows,
+                              prompt_group, reward, rollout_key, config)
+    dead = _records(batch_key, [source_of(i) for i in dead_rows], rows[dead_rows],
                     [REASONS[c] for c in dead_code[dead_rows]], messages)
     filtered_rows = np.flatnonzero(live & uniform) if drop_uniform_groups else np.zeros(0, dtype=np.int64)
-    filtered = _records(batch_key, sources[filtered_rows], rows[filtered_rows], ["uniform-group"] * len(filtered_rows),
-                        [f"prompt group {out.prompt_group[i].item()} of {batch_key}: every reward equals "
-                         f"{reward[i]!r}" for i in filtered_rows])
+    filtered = _records(batch_key, [source_of(i) for i in filtered_rows], rows[filtered_rows],
+                        ["uniform-group"] * len(filtered_rows),
+                        [f"prompt group {prompt_group[i]} of {batch_key}: every reward equals {reward[i]!r}"
+                         for i in filtered_rows])
     counters = {
         "rows": n, "rows_dead": int((~live).sum()), "rows_filtered": int(len(filtered_rows)),
         "groups": int(out.groups.sum()), "rollouts": int(out.units.sum()),
         "uniform_groups": int(out.uniform_groups.sum()),
-        "group_sizes": np.bincount(np.bincount(out.prompt_group.numpy()[live])).tolist() if live.any() else [],
+        "group_sizes": np.bincount(np.bincount(prompt_group[live])).tolist() if live.any() else [],
     }
     return BatchResult(results, dead, filtered, counters)
 
@@ -305,7 +320,8 @@ def core_input_from_slim(slim: pa.Table, batch_ids: np.ndarray, prompt_group_siz
     from transforms.core.types import CoreInput
 
     def tensor(values, dtype):
-        return torch.from_numpy(np.ascontiguousarray(values, dtype=dtype))
+        array = np.ascontiguousarray(values, dtype=dtype)
+        return torch.from_numpy(array if array.flags.writeable else array.copy())
 
     group_index, rollout_key = slim.column("group_index"), slim.column("rollout_key")
     trainable = tensor(_fill(slim.column("trainable"), 0), np.int64)
@@ -324,7 +340,7 @@ def core_input_from_slim(slim: pa.Table, batch_ids: np.ndarray, prompt_group_siz
     )
 
 
-def _dead_messages(batch_key, dead_rows, dead_code, row_problem, details, sources, rows, prompt_group,
+def _dead_messages(batch_key, dead_rows, dead_code, row_problem, details, source_of, rows, prompt_group,
                    reward, rollout_key, config):
     """A sentence per dead row naming the values involved (dead rows only: rare)."""
     first_bad_in_group = {}
@@ -351,7 +367,7 @@ def _dead_messages(batch_key, dead_rows, dead_code, row_problem, details, source
                             f"(a one-row group divided by std + 1e-6 is NaN, as in the original)")
         else:
             j = first_bad_in_group.get(prompt_group[i])
-            cause = f"row {rows[j]} of {sources[j]}: {details.get(int(j), reason)}" if j is not None else reason
+            cause = f"row {rows[j]} of {source_of(j)}: {details.get(int(j), reason)}" if j is not None else reason
             messages.append(f"{reason}: {where} is dead-lettered because {cause}")
     return messages
 

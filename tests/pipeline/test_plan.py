@@ -5,7 +5,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from pipeline.inputs import expand_inputs
-from pipeline.plan import split_by_batch_sharing
+from pipeline.plan import group_by_batch_sharing
 from tests.conftest import FIXTURES
 
 
@@ -19,13 +19,17 @@ def test_overlapping_step_ranges_share_batches(tmp_path):
     pq.write_table(pa.table({"reward": [0.0]}), tmp_path / "e.parquet")  # no step: its own batch
     (tmp_path / "f.parquet").write_bytes(b"junk")  # unreadable: the one-pass path reports it
     files = expand_inputs([str(tmp_path)], str(tmp_path / "out"))
-    whole, shared = split_by_batch_sharing(files)
+    groups, shuffled = group_by_batch_sharing(files)
     name = os.path.basename
-    assert sorted(name(f.path) for f in shared) == ["a.parquet", "b.parquet", "d.parquet"]
-    assert sorted(name(f.path) for f in whole) == ["c.parquet", "e.parquet", "f.parquet"]
+    assert [[name(f.path) for f in g] for g in groups] == [
+        ["a.parquet", "b.parquet", "d.parquet"], ["c.parquet"], ["e.parquet"], ["f.parquet"]]
+    assert shuffled == []
+    groups, shuffled = group_by_batch_sharing(files, max_group_bytes=1)  # too big for one worker
+    assert sorted(name(f.path) for f in shuffled) == ["a.parquet", "b.parquet", "d.parquet"]
+    assert [[name(f.path) for f in g] for g in groups] == [["c.parquet"], ["e.parquet"], ["f.parquet"]]
 
 
 def test_dumps_are_whole_batches():
     files = expand_inputs([os.path.join(FIXTURES, "slime_rollout_data")], "/nonexistent")
-    whole, shared = split_by_batch_sharing(files)
-    assert len(whole) == 2 and shared == []
+    groups, shuffled = group_by_batch_sharing(files)
+    assert [len(g) for g in groups] == [1, 1] and shuffled == []

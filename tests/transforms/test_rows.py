@@ -69,7 +69,7 @@ def test_relabel_batch_orders_rows_by_source_then_position_across_files():
     b = pa.table({"reward": [0.0, 5.0], "group_index": [0, 1], "rollout_id": [3, 4], "step": [0, 0]})
     [(_, slim_b)] = extract_slim(b, "b.parquet", None)
     [(_, slim_a)] = extract_slim(a, "a.parquet", None)
-    result = relabel_batch("step=0", [slim_b, slim_a], None, CoreConfig(std_normalization=False))
+    result = relabel_batch("step=0", [("b.parquet", slim_b), ("a.parquet", slim_a)], None, CoreConfig(std_normalization=False))
     assert result.results["a.parquet"].column("advantage").to_pylist() == pytest.approx([2 / 3, -1 / 3])
     assert result.results["b.parquet"].column("advantage").to_pylist() == pytest.approx([-1 / 3, 0.0])
     assert result.results["b.parquet"].column("prompt_group").to_pylist() == [0, 1]
@@ -79,7 +79,7 @@ def test_relabel_batch_orders_rows_by_source_then_position_across_files():
 def test_relabel_batch_dead_letters_name_row_and_reason():
     table = pa.table({"reward": [1.0, float("nan"), 0.0, 1.0], "group_index": [0, 0, 1, 1], "rollout_id": [1, 2, 3, 4]})
     [(key, slim)] = extract_slim(table, "f.parquet", None)
-    result = relabel_batch(key, [slim], None, CoreConfig())
+    result = relabel_batch(key, [("f.parquet", slim)], None, CoreConfig())
     dead = result.dead.to_pydict()
     assert dead["row"] == [0, 1] and dead["reason"] == ["non-finite-reward"] * 2
     assert "nan" in dead["message"][1] and "row 1 of f.parquet" in dead["message"][0]
@@ -89,7 +89,7 @@ def test_relabel_batch_dead_letters_name_row_and_reason():
 def test_drop_uniform_groups_moves_rows_to_filtered():
     table = pa.table({"reward": [0.0, 0.0, 0.0, 1.0], "group_index": [0, 0, 1, 1], "rollout_id": [1, 2, 3, 4]})
     [(key, slim)] = extract_slim(table, "f.parquet", None)
-    result = relabel_batch(key, [slim], None, CoreConfig(), drop_uniform_groups=True)
+    result = relabel_batch(key, [("f.parquet", slim)], None, CoreConfig(), drop_uniform_groups=True)
     assert result.filtered.column("row").to_pylist() == [0, 1]
     assert set(result.filtered.column("reason").to_pylist()) == {"uniform-group"}
     assert result.results["f.parquet"].column("row").to_pylist() == [2, 3]
@@ -100,7 +100,7 @@ def test_training_rows_keep_columns_in_place_and_replace_loss_mask():
                       "remove_sample": [True, False], "status": ["truncated", None], "reward": [1.0, 0.0],
                       "advantage": [9.0, 9.0]})
     [(key, slim)] = extract_slim(table, "f.parquet", None)
-    result = relabel_batch(key, [slim], None, CoreConfig(std_normalization=False))
+    result = relabel_batch(key, [("f.parquet", slim)], None, CoreConfig(std_normalization=False))
     out = training_rows(table, result.results["f.parquet"])
     assert out.column_names == ["tokens", "loss_mask", "response_length", "remove_sample", "status", "reward",
                                 "advantage", "raw_reward", "mainstream", "rollout_key", "prompt_group", "truncated",
@@ -110,3 +110,13 @@ def test_training_rows_keep_columns_in_place_and_replace_loss_mask():
     assert out.column("advantage").to_pylist() == [0.5, -0.5]  # an earlier relabel's column is replaced
     assert out.column("truncated").to_pylist() == [True, False]
     assert out.column("tokens").to_pylist() == [[1, 2], [3]]
+
+
+def test_the_same_file_twice_in_one_batch_is_duplicate_rows():
+    from transforms.core.reasons import CODE
+    table = pa.table({"reward": [1.0, 0.0], "rollout_id": [1, 2], "step": [0, 0]})
+    [(key, slim)] = extract_slim(table, "f.parquet", None)
+    result = relabel_batch(key, [("f.parquet", slim), ("f.parquet", slim)], None, CoreConfig())
+    assert set(result.dead.column("reason").to_pylist()) == {"duplicate-row"}
+    assert result.dead.num_rows == 4 and result.counters["rows_dead"] == 4
+    assert CODE["duplicate-row"]
