@@ -176,3 +176,27 @@ def test_run_config_loads_and_command_line_overrides(inputs, tmp_path):
     assert "unknown key 'estimater'" in refused.stderr
     run_cli("run", "--config", os.path.join(ROOT, "run_configs", "local.yaml"), "--input", folder,
             "--output", tmp_path / "c")
+
+
+def test_empty_files_give_empty_outputs(tmp_path):
+    import pyarrow as pa
+    import torch
+    inputs = tmp_path / "in"
+    inputs.mkdir()
+    pq.write_table(pa.table({"reward": pa.array([], pa.float64()), "tokens": pa.array([], pa.list_(pa.int32()))}),
+                   inputs / "none.parquet")
+    torch.save({"rollout_id": 3, "samples": []}, inputs / "3.pt")
+    proc = run_cli("run", "--input", inputs, "--output", tmp_path / "out")
+    assert "0 in = 0 written + 0 dead" in proc.stdout
+    empty = pq.read_table(tmp_path / "out" / "part-none.parquet")
+    assert empty.num_rows == 0 and {"tokens", "advantage", "loss_mask"} <= set(empty.column_names)
+    assert pq.read_table(tmp_path / "out" / "part-3.parquet").num_rows == 0
+
+
+def test_partial_output_of_other_options_is_refused(inputs, tmp_path):
+    _, folder, _ = inputs["parquet"]
+    out = tmp_path / "a"
+    run_cli("run", "--input", folder, "--output", out)
+    (out / "_manifest.json").unlink()  # as if the run had been killed before committing
+    refused = run_cli("run", "--input", folder, "--output", out, "--estimator", "rloo", check_codes=(2,))
+    assert "made with other options" in refused.stderr
