@@ -223,9 +223,14 @@ def _bool_column(table, name):
 
 
 def _list_sums(lists) -> np.ndarray:
-    parents = np.asarray(pc.list_parent_indices(lists))
-    values = np.asarray(pc.list_flatten(lists).to_numpy(zero_copy_only=False), dtype=np.int64)
-    return np.bincount(parents, weights=values, minlength=len(lists)).astype(np.int64)
+    """Per-row sums of a list<int> array (null lists sum to 0), by prefix sums over the flat values."""
+    lists = lists.combine_chunks() if isinstance(lists, pa.ChunkedArray) else lists
+    offsets = np.asarray(lists.offsets, dtype=np.int64)
+    values = np.asarray(lists.values.to_numpy(zero_copy_only=False), dtype=np.int64)
+    prefix = np.zeros(values.size + 1, dtype=np.int64)
+    np.cumsum(values, out=prefix[1:])
+    sums = prefix[offsets[1:]] - prefix[offsets[:-1]]
+    return np.where(np.asarray(lists.is_valid()), sums, 0)
 
 
 # ---------------------------------------------------------------- one batch through the core
