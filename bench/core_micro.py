@@ -1,0 +1,94 @@
+"""Micro-benchmark of the numeric core: transforms.core.relabel.relabel on one ~1M-row CoreInput.
+
+The CoreInput is built in-process from a dataset's files with the pipeline's
+own adapter (transforms.rows.extract_slim), every batch at once, as
+relabel_batch builds it for one batch. Only the core call is timed: best of
+`repeat` after one warm-up call, with torch's default intra-op thread count
+(what the pipeline uses) and again with one thread. Prints one JSON line.
+
+    python -m bench.core_micro DATASET_DIR [--repeat 5]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import torch
+
+from bench.datasets import input_files
+from transforms.core.config import CoreConfig
+from transforms.core.relabel import relabel
+from transforms.core.types import CoreInput
+from transforms.rows import extract_slim
+
+
+def _fill(array, value) -> np.ndarray:
+    import pyarrow.compute as pc
+    return np.asarray(pc.fill_null(array, value).to_numpy(zero_copy_only=False))
+
+
+def build_core_input(directory: str) -> CoreInput:
+    by_batch: dict[str, list[pa.Table]] = {}
+    for path in input_files(directory):  # sorted: (source, row) order inside each batch
+        table = pq.read_table(path, columns=["step", "group_index", "index", "rollout_id", "reward",
+                                             "response_length", "loss_mask", "remove_sample"])
+        for key, slim in extract_slim(table, path, None):
+            by_batch.setdefault(key, []).append(slim)
+    keys = sorted(by_batch, key=lambda k: int(k.split("=", 1)[1]) if k.startswith("step=") else k)
+    slims = [pa.concat_tables(by_batch[k]) for k in keys]
+    slim = pa.concat_tables(slims).combine_chunks()
+    batch = np.repeat(np.arange(len(slims)), [t.num_rows for t in slims])
+    trainable = torch.from_numpy(_fill(slim.column("trainable"), 0).astype(np.int64))
+    group_index, rollout_key = slim.column("group_index"), slim.column("rollout_key")
+    return CoreInput(
+        batch=torch.from_numpy(batch.astype(np.int64)),
+        reward=torch.from_numpy(_fill(slim.column("reward"), 0.0).astype(np.float64)),
+        trainable=trainable,
+        mask_sum=trainable,
+        group_index=torch.from_numpy(_fill(group_index, 0).astype(np.int64)),
+        has_group_index=torch.from_numpy(_fill(group_index.is_valid(), False).astype(bool)),
+        rollout_key=torch.from_numpy(_fill(rollout_key, 0).astype(np.int64)),
+        has_rollout_key=torch.from_numpy(_fill(rollout_key.is_valid(), False).astype(bool)),
+        row_problem=torch.from_numpy(_fill(slim.column("problem"), 0).astype(np.int64)),
+        num_batches=len(slims),
+        prompt_group_sizes=[None] * len(slims),
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("directory")
+    parser.add_argument("--repeat", type=int, default=5)
+    args = parser.parse_args()
+    t0 = time.perf_counter()
+    inp = build_core_input(args.directory)
+    build_s = time.perf_counter() - t0
+    config = CoreConfig()  # rollout-mainstream, grpo, std on
+    default_threads = torch.get_num_threads()
+    runs = {}
+    # torch's default intra-op threads (what the pipeline runs with), then one thread
+    for threads in dict.fromkeys([default_threads, 1]):
+        torch.set_num_threads(threads)
+        relabel(inp, config)  # warm-up
+        times = []
+        for _ in range(args.repeat):
+            t = time.perf_counter()
+            out = relabel(inp, config)
+            times.append(time.perf_counter() - t)
+        runs[threads] = times
+    times = runs[default_threads]
+    best = min(times)
+    print(json.dumps({
+        "rows": inp.num_rows, "batches": inp.num_batches, "build_s": build_s, "times_s": times,
+        "best_s": best, "rows_per_s": inp.num_rows / best, "torch_threads": default_threads,
+        "by_threads": {str(k): {"times_s": v, "best_s": min(v), "rows_per_s": inp.num_rows / min(v)}
+                       for k, v in runs.items()},
+        "torch": torch.__version__, "live_rows": int((out.problem == 0).sum()),
+    }))
+
+if __name__ == "__main__":
+    main()
