@@ -28,7 +28,12 @@ def batch_stat(counters):
 
 
 def build(p: beam.Pipeline, settings: RunSettings, files: list[InputFile]):
-    """Add the relabel graph to `p`; returns the PCollection holding the manifest dict."""
+    """Add the relabel graph to `p`; returns the PCollection holding the manifest dict.
+
+    Only the stages the inputs need are built: the shuffle path exists only when
+    some group of files is too big for one worker, filtered.parquet only with
+    --drop-uniform-groups (every unused stage costs start-up time on every runner).
+    """
     lineage = dict(settings.semantics_record(), fingerprint=settings.fingerprint())
     groups, shared = group_by_batch_sharing(files)
 
@@ -36,7 +41,32 @@ def build(p: beam.Pipeline, settings: RunSettings, files: list[InputFile]):
                 | "RelabelFileGroups" >> RelabelFileGroups(
                     settings.core, settings.reward_key, settings.drop_uniform_groups, settings.device,
                     settings.fail_fast, settings.output, lineage))
+    outputs = {name: [getattr(one_pass, name)] for name in ("stats", "files", "dead", "filtered", "counters")}
+    if shared:
+        shuffled = _shuffle_path(p, settings, shared, lineage)
+        for name, collection in shuffled.items():
+            outputs[name].append(collection)
 
+    dead = (outputs["dead"]
+            | "FlattenDeadLetters" >> beam.Flatten()
+            | "WriteDeadLetters" >> WriteRecords(settings.output, DEAD_LETTERS_NAME, "dead", lineage))
+    records = [dead]
+    if settings.drop_uniform_groups:
+        records.append(outputs["filtered"]
+                       | "FlattenFiltered" >> beam.Flatten()
+                       | "WriteFiltered" >> WriteRecords(settings.output, FILTERED_NAME, "filtered", lineage))
+    stats = (
+        *outputs["stats"],
+        *records,
+        outputs["files"] | "FlattenFileRecords" >> beam.Flatten() | "ReadStats" >> beam.Map(read_stat),
+        outputs["counters"] | "FlattenBatchCounters" >> beam.Flatten() | "BatchStats" >> beam.Map(batch_stat),
+    ) | "FlattenStats" >> beam.Flatten()
+    return stats | "WriteManifest" >> WriteManifest(
+        settings.output, lineage, settings.fingerprint(), [f.record() for f in files], settings.max_dead_fraction)
+
+
+def _shuffle_path(p, settings: RunSettings, shared: list[InputFile], lineage: dict) -> dict:
+    """Batches spread over more files than one worker should hold: slim rows meet in a shuffle."""
     read = (p | "ListSharedBatchFiles" >> beam.Create([f.record() for f in shared])
             | "ReadRollouts" >> ReadRollouts(settings.reward_key, settings.fail_fast))
     batches = read.slim | "GatherBatches" >> GatherBatches()
@@ -44,22 +74,6 @@ def build(p: beam.Pipeline, settings: RunSettings, files: list[InputFile]):
         settings.core, settings.drop_uniform_groups, settings.device, settings.fail_fast)
     written = ((read.files, computed.results, computed.dead, computed.filtered)
                | "JoinAndWrite" >> JoinAndWrite(settings.output, lineage))
-
-    dead = ((one_pass.dead, read.dead, written.dead)
-            | "FlattenDeadLetters" >> beam.Flatten()
-            | "WriteDeadLetters" >> WriteRecords(settings.output, DEAD_LETTERS_NAME, "dead", lineage))
-    filtered = ((one_pass.filtered, written.filtered)
-                | "FlattenFiltered" >> beam.Flatten()
-                | "WriteFiltered" >> WriteRecords(settings.output, FILTERED_NAME, "filtered", lineage))
-    file_records = (one_pass.files, read.files) | "FlattenFileRecords" >> beam.Flatten()
-    counters = (one_pass.counters, computed.counters) | "FlattenBatchCounters" >> beam.Flatten()
-    stats = (
-        one_pass.stats,
-        written.stats,
-        dead,
-        filtered,
-        file_records | "ReadStats" >> beam.Map(read_stat),
-        counters | "BatchStats" >> beam.Map(batch_stat),
-    ) | "FlattenStats" >> beam.Flatten()
-    return stats | "WriteManifest" >> WriteManifest(
-        settings.output, lineage, settings.fingerprint(), [f.record() for f in files], settings.max_dead_fraction)
+    dead = (read.dead, written.dead) | "FlattenShuffleDeadLetters" >> beam.Flatten()
+    return {"stats": written.stats, "files": read.files, "dead": dead, "filtered": written.filtered,
+            "counters": computed.counters}
