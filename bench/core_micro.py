@@ -23,15 +23,11 @@ from bench.datasets import input_files
 from transforms.core.config import CoreConfig
 from transforms.core.relabel import relabel
 from transforms.core.types import CoreInput
-from transforms.rows import extract_slim
-
-
-def _fill(array, value) -> np.ndarray:
-    import pyarrow.compute as pc
-    return np.asarray(pc.fill_null(array, value).to_numpy(zero_copy_only=False))
+from transforms.rows import core_input_from_slim, extract_slim
 
 
 def build_core_input(directory: str) -> CoreInput:
+    """Every batch of the dataset in one CoreInput, built by the pipeline's own adapter."""
     by_batch: dict[str, list[pa.Table]] = {}
     for path in input_files(directory):  # sorted: (source, row) order inside each batch
         table = pq.read_table(path, columns=["step", "group_index", "index", "rollout_id", "reward",
@@ -42,21 +38,8 @@ def build_core_input(directory: str) -> CoreInput:
     slims = [pa.concat_tables(by_batch[k]) for k in keys]
     slim = pa.concat_tables(slims).combine_chunks()
     batch = np.repeat(np.arange(len(slims)), [t.num_rows for t in slims])
-    trainable = torch.from_numpy(_fill(slim.column("trainable"), 0).astype(np.int64))
-    group_index, rollout_key = slim.column("group_index"), slim.column("rollout_key")
-    return CoreInput(
-        batch=torch.from_numpy(batch.astype(np.int64)),
-        reward=torch.from_numpy(_fill(slim.column("reward"), 0.0).astype(np.float64)),
-        trainable=trainable,
-        mask_sum=trainable,
-        group_index=torch.from_numpy(_fill(group_index, 0).astype(np.int64)),
-        has_group_index=torch.from_numpy(_fill(group_index.is_valid(), False).astype(bool)),
-        rollout_key=torch.from_numpy(_fill(rollout_key, 0).astype(np.int64)),
-        has_rollout_key=torch.from_numpy(_fill(rollout_key.is_valid(), False).astype(bool)),
-        row_problem=torch.from_numpy(_fill(slim.column("problem"), 0).astype(np.int64)),
-        num_batches=len(slims),
-        prompt_group_sizes=[None] * len(slims),
-    )
+    problem = slim.column("problem").to_numpy().astype(np.int64)
+    return core_input_from_slim(slim, batch, [None] * len(slims), problem)
 
 
 def main() -> None:
