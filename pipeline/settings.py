@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 
 from transforms.core.config import CoreConfig
 
@@ -54,6 +54,3 @@ class RunSettings:
         from schemas import SCHEMA_VERSION
         record = dict(self.semantics_record(), schema_version=SCHEMA_VERSION)
         return hashlib.sha256(json.dumps(record, sort_keys=True).encode()).hexdigest()[:16]
-
-    def to_json(self) -> dict:
-        return asdict(self)

@@ -32,7 +32,6 @@ INPUT_COLUMNS = (
     InputColumn("remove_sample", pa.bool_(), False, "absent/null: false"),
     InputColumn("status", pa.string(), False, "absent/null: not truncated"),
 )
-INPUT_COLUMN_NAMES = tuple(c.name for c in INPUT_COLUMNS)
 # What the advantage computation reads (the slim path); everything else is only read by the writer.
 SLIM_INPUT_COLUMNS = ("reward", "step", "group_index", "index", "rollout_id",
                       "response_length", "loss_mask", "remove_sample")
@@ -48,7 +47,6 @@ TRAINING_COLUMNS = pa.schema([
     pa.field("loss_mask", pa.list_(pa.int32())),
     pa.field("rollout_mask_sum", pa.int64(), nullable=False),
 ])
-ADDED_COLUMN_NAMES = tuple(f.name for f in TRAINING_COLUMNS if f.name != "loss_mask")
 
 # The slim record of a row that crosses the shuffle (tens of bytes a row); its file travels beside it.
 SLIM = pa.schema([

@@ -7,7 +7,6 @@ from typing import Callable
 
 import pyarrow as pa
 
-import schemas
 from transforms import rows, sinks
 
 
@@ -54,7 +53,3 @@ def finish_file(record: dict, full_table: Callable[[], pa.Table], result: pa.Tab
         dead=rows.with_row_json(dead, table) if dead.num_rows else dead,
         filtered=rows.with_row_json(filtered, table) if filtered.num_rows else filtered,
     )
-
-
-def empty_records() -> pa.Table:
-    return schemas.DEAD_LETTERS.empty_table()

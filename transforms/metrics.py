@@ -6,7 +6,3 @@ NAMESPACE = "rollout_relabel"
 
 def counter(name: str):
     return Metrics.counter(NAMESPACE, name)
-
-
-def distribution(name: str):
-    return Metrics.distribution(NAMESPACE, name)

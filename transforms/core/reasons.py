@@ -29,7 +29,3 @@ REASONS = (
 CODE = {name: i for i, name in enumerate(REASONS)}
 
 UNIFORM_GROUP = "uniform-group"  # reason of filtered.parquet rows (not a dead letter)
-
-
-def code(name: str) -> int:
-    return CODE[name]
