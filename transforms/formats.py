@@ -14,17 +14,10 @@ import pyarrow.parquet as pq
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
+from transforms.core.reasons import BadFile
+
 PT_SUFFIXES = (".pt", ".pth")
 PARQUET_SUFFIXES = (".parquet", ".pq")
-
-
-class BadFile(Exception):
-    """A whole input file cannot be used; reason is a stable code."""
-
-    def __init__(self, reason: str, message: str):
-        super().__init__(message)
-        self.reason = reason
-        self.message = message
 
 
 class FailFast(RuntimeError):

@@ -35,10 +35,8 @@ class ReadSlimTablesFn(beam.DoFn):
         try:
             table, metadata = read_rollouts(source, columns=schemas.SLIM_INPUT_COLUMNS)
             parts = rows.extract_slim(table, source, self._reward_key)
-        except BadFile as bad:
+        except BadFile as bad:  # unreadable, or its batches cannot be decided (e.g. null `step`)
             yield from self._dead_file(source, bad.reason, bad.message)
-        except rows.FileProblem as problem:  # e.g. null `step`: the batch cannot be decided
-            yield from self._dead_file(source, problem.reason, str(problem))
         else:
             yield from self._slim_parts(element, table, metadata, parts)
 

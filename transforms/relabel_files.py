@@ -52,11 +52,8 @@ class RelabelFileGroupFn(beam.DoFn):
                 # a complete output needs only the slim columns (to rebuild dead letters and counters)
                 table, metadata = read_rollouts(source, columns=schemas.SLIM_INPUT_COLUMNS if complete[0] else None)
                 parts = rows.extract_slim(table, source, self._reward_key)
-            except BadFile as bad:
+            except BadFile as bad:  # unreadable, or its batches cannot be decided
                 yield from dead_file_outputs(source, bad.reason, bad.message, self._fail_fast)
-                continue
-            except rows.FileProblem as problem:
-                yield from dead_file_outputs(source, problem.reason, str(problem), self._fail_fast)
                 continue
             counter("rows_in").inc(table.num_rows)
             record = dict(record, rows_in=table.num_rows, reason=None)

@@ -14,7 +14,7 @@ import pyarrow.compute as pc
 
 import schemas
 from transforms.core.config import CoreConfig
-from transforms.core.reasons import CODE, REASONS
+from transforms.core.reasons import CODE, REASONS, BadFile
 
 
 # ---------------------------------------------------------------- slim path
@@ -22,14 +22,6 @@ from transforms.core.reasons import CODE, REASONS
 def batch_key_of(source: str, step) -> str:
     """Batch key: the Parquet `step` value, else the file itself (a .pt dump is one batch)."""
     return f"step={step}" if step is not None else f"file={source}"
-
-
-class FileProblem(ValueError):
-    """The file's rows cannot be assigned to batches: the whole file is dead-lettered."""
-
-    def __init__(self, reason: str, message: str):
-        super().__init__(message)
-        self.reason = reason
 
 
 # A response longer than this is not a real rollout; building its mask would exhaust memory.
@@ -90,7 +82,7 @@ def extract_slim(table: pa.Table, source: str, reward_key: str | None) -> list[t
         return [(batch_key_of(source, None), slim)]
     steps = table.column("step")
     if steps.null_count:
-        raise FileProblem("missing-column", f"{source}: `step` is null on {steps.null_count} rows "
+        raise BadFile("missing-column", f"{source}: `step` is null on {steps.null_count} rows "
                                             f"(first: row {_first_null(steps)}); every row needs its batch")
     out = []
     step_values = steps.to_numpy()
@@ -125,7 +117,7 @@ def _usable_columns(table, source, problem, details):
             expected = "strings"
         if expected:
             if name == "step":
-                raise FileProblem("ill-typed-column", f"{source}: `step` has type {column.type}, expected integers")
+                raise BadFile("ill-typed-column", f"{source}: `step` has type {column.type}, expected integers")
             _flag(problem, details, np.ones(table.num_rows, dtype=bool), "ill-typed-column",
                   lambda i, name=name, kind=column.type, expected=expected:
                   f"column `{name}` has type {kind}, expected {expected}")

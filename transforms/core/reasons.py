@@ -29,3 +29,12 @@ REASONS = (
 CODE = {name: i for i, name in enumerate(REASONS)}
 
 UNIFORM_GROUP = "uniform-group"  # reason of filtered.parquet rows (not a dead letter)
+
+
+class BadFile(Exception):
+    """A whole input file cannot be used (unreadable, or its rows cannot be put in batches)."""
+
+    def __init__(self, reason: str, message: str):
+        super().__init__(message)
+        self.reason = reason
+        self.message = message
