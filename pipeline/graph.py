@@ -40,7 +40,8 @@ def build(p: beam.Pipeline, settings: RunSettings, files: list[InputFile]):
     one_pass = (p | "ListFileGroups" >> beam.Create([[f.record() for f in g] for g in groups])
                 | "RelabelFileGroups" >> RelabelFileGroups(
                     settings.core, settings.reward_key, settings.drop_uniform_groups, settings.device,
-                    settings.fail_fast, settings.output, lineage))
+                    settings.fail_fast, settings.output, lineage).with_resource_hints(
+                        **dict(settings.core_resource_hints)))
     outputs = {name: [getattr(one_pass, name)] for name in ("stats", "files", "dead", "filtered", "counters")}
     if shared:
         shuffled = _shuffle_path(p, settings, shared, lineage)
@@ -71,7 +72,8 @@ def _shuffle_path(p, settings: RunSettings, shared: list[InputFile], lineage: di
             | "ReadRollouts" >> ReadRollouts(settings.reward_key, settings.fail_fast))
     batches = read.slim | "GatherBatches" >> GatherBatches()
     computed = batches | "GroupAdvantages" >> GroupAdvantages(
-        settings.core, settings.drop_uniform_groups, settings.device, settings.fail_fast)
+        settings.core, settings.drop_uniform_groups, settings.device, settings.fail_fast).with_resource_hints(
+            **dict(settings.core_resource_hints))
     written = ((read.files, computed.results, computed.dead, computed.filtered)
                | "JoinAndWrite" >> JoinAndWrite(settings.output, lineage))
     dead = (read.dead, written.dead) | "FlattenShuffleDeadLetters" >> beam.Flatten()

@@ -61,16 +61,11 @@ def _root_and_pattern(spec: str):
         prefix = GLOB_CHARS.split(spec, maxsplit=1)[0]
         root = prefix if prefix.endswith("/") else prefix.rsplit("/", 1)[0] + "/"
         return root, spec
-    if _is_directory(spec):
-        root = spec.rstrip("/") + "/"
-        return root, root + "**"
+    tree = spec.rstrip("/") + "/"
+    if spec.endswith("/") or _match(tree + "**"):
+        # object stores have no directories: a path is one when something lies under it
+        return tree, tree + "**"
     return spec.rsplit("/", 1)[0] + "/" if "/" in spec else "", spec
-
-
-def _is_directory(spec: str) -> bool:
-    if "://" not in spec:
-        return os.path.isdir(spec)
-    return spec.endswith("/") or not FileSystems.exists(spec)
 
 
 def _match(pattern: str):

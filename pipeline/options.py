@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import re
 
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions, TypeOptions
 
@@ -9,6 +10,9 @@ from pipeline.settings import RunSettings
 from transforms.core.config import MAINSTREAM_POLICIES, SEMANTICS, CoreConfig
 
 DEFAULT_RUNNER = "FnApiRunner"  # in-process; the DirectRunner would try to download Prism
+
+# Dataflow's grammar for worker_accelerator and the accelerator resource hint
+ACCELERATOR = re.compile(r"type:[A-Za-z0-9_<>-]+;count:[1-9][0-9]*(;[a-z0-9-]+(:[^;]+)?)*")
 
 
 class UsageError(ValueError):
@@ -39,6 +43,10 @@ class RelabelOptions(PipelineOptions):
         group.add_argument("--rollout-batch-size", type=int, default=None)
         group.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
                            help="torch device of the numeric core, chosen on each worker")
+        group.add_argument("--core-resource-hint", dest="core_resource_hints", action="append", default=None,
+                           metavar="KEY=VALUE",
+                           help="Beam resource hint for the stage running the numeric core, e.g. "
+                                "accelerator=type:nvidia-l4;count:1;install-nvidia-driver or min_ram=16GB")
         group.add_argument("--fail-fast", action="store_true", default=False,
                            help="stop at the first bad input and leave no output files")
         group.add_argument("--max-dead-fraction", type=float, default=None,
@@ -66,9 +74,30 @@ def settings_from_options(options: PipelineOptions) -> RunSettings:
     except ValueError as error:
         raise UsageError(str(error)) from error
     return RunSettings(
+        core_resource_hints=core_resource_hints(opts.core_resource_hints or []),
         inputs=tuple(opts.inputs), output=opts.output, core=core, reward_key=opts.reward_key,
         drop_uniform_groups=opts.drop_uniform_groups, device=opts.device, fail_fast=opts.fail_fast,
         max_dead_fraction=opts.max_dead_fraction, overwrite=opts.overwrite, dry_run=opts.relabel_dry_run)
+
+
+def core_resource_hints(flags: list[str]) -> tuple[tuple[str, str], ...]:
+    """KEY=VALUE flags checked against Beam's registered hints (and the accelerator's own grammar)."""
+    from apache_beam.transforms.resources import parse_resource_hints
+
+    hints = {}
+    for flag in flags:
+        key, sep, value = flag.partition("=")
+        if not sep or not value:
+            raise UsageError(f"--core-resource-hint {flag!r}: expected KEY=VALUE")
+        try:
+            parse_resource_hints({key: value})
+        except ValueError as error:
+            raise UsageError(f"--core-resource-hint {flag!r}: {error}") from error
+        if key == "accelerator" and not ACCELERATOR.fullmatch(value):
+            raise UsageError(f"--core-resource-hint {flag!r}: an accelerator is "
+                             "'type:GPU_TYPE;count:N[;install-nvidia-driver]'")
+        hints[key] = value
+    return tuple(sorted(hints.items()))
 
 
 def full_parser():

@@ -12,6 +12,7 @@ from pipeline.graph import DEAD_LETTERS_NAME, FILTERED_NAME, build
 from pipeline.inputs import expand_inputs
 from pipeline.options import UsageError, pipeline_options, settings_from_options
 from pipeline.run_config import config_argv
+from pipeline.runner_checks import RunnerCheck, check_runner
 from transforms.sinks import TEMP_PREFIX
 
 
@@ -57,6 +58,7 @@ def parse(argv: list[str]):
 
 def run(argv: list[str], test_pipeline: beam.Pipeline | None = None) -> RunOutcome:
     options, settings = parse(argv)
+    runner_check = check_runner(options, settings)
     files = expand_inputs(settings.inputs, settings.output)
     if not files:
         raise UsageError(f"no .pt or .parquet files found under {' '.join(settings.inputs)}")
@@ -83,7 +85,7 @@ def run(argv: list[str], test_pipeline: beam.Pipeline | None = None) -> RunOutco
         _check_partial_output(output, files, settings)
 
     if settings.dry_run:
-        return RunOutcome(0, output, None, [plan(options, settings, files)])
+        return RunOutcome(0, output, None, [plan(options, settings, files, runner_check)])
 
     FileSystems.mkdirs(output) if not FileSystems.exists(output) else None
     pipeline = test_pipeline if test_pipeline is not None else beam.Pipeline(options=options)
@@ -143,25 +145,47 @@ def remove_run_outputs(output: str, part_names) -> None:
         FileSystems.delete(existing)
 
 
-def plan(options, settings, files) -> str:
-    """Build the graph without running it and describe it."""
+def plan(options, settings, files, runner_check: RunnerCheck) -> str:
+    """Build the graph with the run's options, prove it serializes for workers, and describe it."""
     from apache_beam.pipeline import PipelineVisitor
-    from apache_beam.options.pipeline_options import StandardOptions
 
     pipeline = beam.Pipeline(runner="FnApiRunner", options=options)
     build(pipeline, settings, files)
-    lines = [f"dry run: runner {options.view_as(StandardOptions).runner}, {len(files)} input files, "
-             f"output {settings.output}, fingerprint {settings.fingerprint()}", "stages:"]
+    pipeline.to_runner_api()  # pickles every DoFn, as submitting to a remote runner would
+    lines = [f"dry run: runner {runner_check.runner} ({runner_check.family}), {len(files)} input files, "
+             f"output {settings.output}, fingerprint {settings.fingerprint()}",
+             *runner_check.describe(), *runner_options(options), "stages:"]
 
     class Describe(PipelineVisitor):
         def enter_composite_transform(self, node):
             if node.full_label and node.full_label.count("/") == 0:
-                hints = node.transform.get_resource_hints() if node.transform else {}
-                extra = f"  hints {hints}" if hints else ""
-                lines.append(f"  {node.full_label}{extra}")
+                hints = describe_hints(node.transform.get_resource_hints() if node.transform else {})
+                lines.append(f"  {node.full_label}" + (f"  [{hints}]" if hints else ""))
 
     pipeline.visit(Describe())
+    lines.append("nothing was submitted")
     return "\n".join(lines)
+
+
+def runner_options(options) -> list[str]:
+    """The Beam options the run sets (ours are summed up by the fingerprint)."""
+    import argparse
+
+    from pipeline.options import RelabelOptions
+
+    ours = argparse.ArgumentParser()
+    RelabelOptions._add_argparse_args(ours)  # noqa: SLF001
+    skip = {a.dest for a in ours._actions} | {"runner", "pipeline_type_check"}  # noqa: SLF001
+    chosen = {k: v for k, v in options.get_all_options(drop_default=True).items() if k not in skip}
+    return ["runner options: " + " ".join(f"{k}={v}" for k, v in sorted(chosen.items()))] if chosen else []
+
+
+def describe_hints(hints: dict) -> str:
+    from apache_beam.transforms.resources import ResourceHint
+
+    names = {cls.urn: name for name, cls in ResourceHint._name_to_known_hints.items()  # noqa: SLF001
+             if "_" in name or name.islower()}
+    return " ".join(f"{names.get(urn, urn)}={value.decode()}" for urn, value in sorted(hints.items()))
 
 
 def _first_line(error, marker):

@@ -30,6 +30,7 @@ class RunSettings:
     max_dead_fraction: float | None = None
     overwrite: bool = False
     dry_run: bool = False
+    core_resource_hints: tuple[tuple[str, str], ...] = ()
     version: str = field(default_factory=project_version)
 
     def semantics_record(self) -> dict:

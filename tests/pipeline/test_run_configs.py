@@ -1,0 +1,118 @@
+"""Every run config in run_configs/ dry-runs: options validated, plan printed, nothing submitted or written."""
+import os
+
+import pytest
+
+from pipeline.generate import RunSpec, write_parquet_run
+from tests import memfs
+from tests.conftest import ROOT, run_cli
+
+CONFIGS = os.path.join(ROOT, "run_configs")
+GPU = "type:nvidia-l4;count:1;install-nvidia-driver"
+
+
+@pytest.fixture
+def remote_inputs(tmp_path):
+    """Inputs on a non-local filesystem, as remote workers need them."""
+    write_parquet_run(RunSpec(steps=2, prompts_per_step=4, files_per_step=2, seed=8), tmp_path / "in")
+    memfs.clear()
+    for path in sorted((tmp_path / "in").rglob("*.parquet")):
+        memfs.put("mem://bucket/run/" + path.name, path.read_bytes())
+    yield "mem://bucket/run"
+    memfs.clear()
+
+
+def dry_run(config, inputs, *extra, codes=(0,)):
+    return run_cli("run", "--dry-run", "--config", os.path.join(CONFIGS, config), "--input", inputs,
+                   "--output", "mem://bucket/out", *extra, check_codes=codes)
+
+
+@pytest.mark.parametrize("config, runner, fill_in", [
+    ("local.yaml", "FnApiRunner (local)", []),
+    ("local-multiprocess.yaml", "FnApiRunner (local)", []),
+    ("dataflow.yaml", "DataflowRunner (dataflow)", ["--project=<GCP_PROJECT>", "--region=<REGION>",
+                                                    "--temp_location=gs://<BUCKET>/rollout-relabel/tmp"]),
+    ("flink.yaml", "FlinkRunner (flink)", ["--flink_master=<FLINK_JOBMANAGER_HOST>:8081",
+                                           "--environment_config=<REGISTRY>/rollout-relabel:0.1.0"]),
+    ("spark.yaml", "SparkRunner (spark)", ["--spark_master_url=spark://<SPARK_MASTER_HOST>:7077",
+                                           "--environment_config=<REGISTRY>/rollout-relabel:0.1.0"]),
+])
+def test_every_config_dry_runs(remote_inputs, config, runner, fill_in):
+    out = dry_run(config, remote_inputs).stdout
+    lines = out.splitlines()
+    assert lines[0].startswith(f"dry run: runner {runner}, 4 input files, output mem://bucket/out")
+    stages = lines[lines.index("stages:") + 1:lines.index("nothing was submitted")]
+    assert [s.split()[0] for s in stages] == ["ListFileGroups", "RelabelFileGroups", "WriteDeadLetters",
+                                              "WriteManifest"]
+    fill = [line for line in lines if line.startswith("fill in before submitting: ")]
+    if fill_in:
+        assert all(f in fill[0] for f in fill_in), fill
+    else:
+        assert not fill
+    assert memfs.keys("mem://bucket/out") == []
+
+
+def test_dataflow_plan_puts_the_gpu_on_the_core_stage_only(remote_inputs):
+    lines = dry_run("dataflow.yaml", remote_inputs).stdout.splitlines()
+    assert f"  RelabelFileGroups  [accelerator={GPU}]" in lines
+    assert "  WriteManifest" in lines and "  ListFileGroups" in lines  # no hint elsewhere
+    options = next(line for line in lines if line.startswith("runner options: "))
+    assert f"dataflow_service_options=['worker_accelerator={GPU}']" in options
+    assert "machine_type=g2-standard-8" in options
+
+
+def test_command_line_overrides_the_config(remote_inputs):
+    out = dry_run("dataflow.yaml", remote_inputs, "--project", "my-project-123", "--region", "us-central1",
+                  "--core-resource-hint", "min_ram=16GB").stdout
+    fill = next(line for line in out.splitlines() if line.startswith("fill in"))
+    assert "--project" not in fill and "--region" not in fill and "--temp_location" in fill
+    assert f"[accelerator={GPU} min_ram=16000000000]" in out
+
+
+def test_a_real_submission_refuses_placeholders(remote_inputs):
+    err = run_cli("run", "--config", os.path.join(CONFIGS, "dataflow.yaml"), "--input", remote_inputs,
+                  "--output", "mem://bucket/out", check_codes=(2,)).stderr
+    assert "placeholders: --project=<GCP_PROJECT>" in err
+    assert memfs.keys("mem://bucket/out") == []
+
+
+@pytest.mark.parametrize("config, extra, message", [
+    ("dataflow.yaml", ["--core-resource-hint", "accelerator=nvidia-l4"],
+     "an accelerator is 'type:GPU_TYPE;count:N[;install-nvidia-driver]'"),
+    ("dataflow.yaml", ["--core-resource-hint", "gpu=1"], "Unknown resource hint: gpu"),
+    ("dataflow.yaml", ["--core-resource-hint", "min_ram=lots"], "invalid value lots"),
+    ("dataflow.yaml", ["--core-resource-hint", "accelerator=type:nvidia-t4;count:1"],
+     "differs from the workers'"),
+    ("dataflow.yaml", ["--dataflow_service_options", "worker_accelerator=nvidia-l4"],
+     "worker_accelerator=nvidia-l4: expected"),
+    ("flink.yaml", ["--environment_config="], "workers need the project"),
+    ("dataflow.yaml", ["--setup_file", "requirements.txt"], "expects a setup.py or pyproject.toml"),
+])
+def test_malformed_runner_options_are_usage_errors(remote_inputs, config, extra, message):
+    err = dry_run(config, remote_inputs, *extra, codes=(2,)).stderr
+    assert message in err, err
+
+
+def test_missing_required_option_is_named_by_beams_validator(remote_inputs, tmp_path):
+    config = tmp_path / "dataflow-no-project.yaml"
+    config.write_text("\n".join(line for line in open(os.path.join(CONFIGS, "dataflow.yaml"))
+                                if not line.startswith("project:")))
+    err = run_cli("run", "--dry-run", "--config", config, "--input", remote_inputs, "--output",
+                  "mem://bucket/out", check_codes=(2,)).stderr
+    assert "Missing required option: project" in err
+
+
+def test_remote_runners_refuse_local_paths(tmp_path):
+    write_parquet_run(RunSpec(steps=1, prompts_per_step=2, seed=1), tmp_path / "in")
+    for config in ("dataflow.yaml", "flink.yaml", "spark.yaml"):
+        err = run_cli("run", "--dry-run", "--config", os.path.join(CONFIGS, config), "--input", tmp_path / "in",
+                      "--output", tmp_path / "out", check_codes=(2,)).stderr
+        assert f"--input {tmp_path / 'in'}: " in err and "cannot reach a local path" in err
+        assert f"--output {tmp_path / 'out'}: " in err
+    assert not (tmp_path / "out").exists()
+
+
+def test_filesystem_missing_from_this_install_is_named_with_its_extra(tmp_path):
+    err = run_cli("run", "--dry-run", "--input", "gs://bucket/run/", "--output", tmp_path / "out",
+                  check_codes=(2,)).stderr
+    assert "no Beam filesystem for gs://: pip install 'apache-beam[gcp]==2.77.0'" in err

@@ -1,0 +1,53 @@
+"""The numeric core on the run's torch device: equal to the CPU within 1e-5, and to the reference.
+
+RELABEL_TEST_DEVICE names the device (bench/gpu_check.sh sets cuda on a GPU machine). Unset, it is
+cpu: the comparison with the CPU is then exact, and the one with the plain-Python reference still
+checks relabel_batch's round trip through the device on every semantics.
+"""
+import os
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+from pipeline.generate import RunSpec, write_parquet_run
+from tests.expected import expected_outputs
+from transforms.core.config import SEMANTICS, CoreConfig
+from transforms.rows import extract_slim, relabel_batch
+
+DEVICE = os.environ.get("RELABEL_TEST_DEVICE", "cpu")
+ESTIMATORS = [("grpo", True), ("grpo", False), ("rloo", True), ("reinforce_plus_plus_baseline", True)]
+CONFIGS = [CoreConfig(semantics=s, estimator=e, std_normalization=std) for s in SEMANTICS for e, std in ESTIMATORS]
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    """A run with uneven fan-out, siblings that disagree, missing rollout ids and all-equal groups."""
+    folder = tmp_path_factory.mktemp("parity")
+    write_parquet_run(RunSpec(steps=3, prompts_per_step=16, seed=11), folder)
+    files = sorted(str(p) for p in folder.rglob("*.parquet"))
+    batches: dict[str, list] = {}
+    for path in files:
+        for key, slim in extract_slim(pq.read_table(path), path, None):
+            batches.setdefault(key, []).append((path, slim))
+    return files, batches
+
+
+@pytest.mark.parametrize("config", CONFIGS, ids=lambda c: f"{c.semantics}-{c.estimator}-std{int(c.std_normalization)}")
+def test_device_equals_cpu_and_reference(run, config):
+    files, batches = run
+    expected = expected_outputs(files, config)
+    for key, parts in batches.items():
+        cpu = relabel_batch(key, parts, None, config, device="cpu")
+        device = relabel_batch(key, parts, None, config, device=DEVICE)
+        assert device.dead.equals(cpu.dead)  # rollout-shared kills groups whose siblings disagree
+        for source, table in cpu.results.items():
+            on_device = device.results[source]
+            for name in ("row", "mainstream", "rollout_key", "prompt_group", "rollout_mask_sum", "uniform"):
+                assert on_device[name].equals(table[name]), (key, source, name)
+            gap = np.abs(on_device["advantage"].to_numpy() - table["advantage"].to_numpy())
+            assert gap.max() <= 1e-5, (key, source, float(gap.max()))
+            oracle = dict(expected[source])
+            want = np.array([oracle[r].advantage for r in table["row"].to_pylist()])
+            assert np.abs(on_device["advantage"].to_numpy() - want).max() <= 1e-5, (key, source)
+            assert on_device["mainstream"].to_pylist() == [oracle[r].mainstream for r in table["row"].to_pylist()]
