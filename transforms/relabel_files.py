@@ -15,7 +15,7 @@ import apache_beam as beam
 from apache_beam import pvalue
 
 import schemas
-from transforms import file_output, rows
+from transforms import file_output, memory, rows
 from transforms.core.config import CoreConfig
 from transforms.formats import BadFile, read_rollouts
 from transforms.group_advantages import COUNTERS, check_fail_fast, count_batch, resolve_device
@@ -39,6 +39,7 @@ class RelabelFileGroupFn(beam.DoFn):
 
     def setup(self):
         self._device = resolve_device(self._requested_device)
+        memory.use_system_allocator()
 
     def process(self, group):
         readable = []  # (record, lineage, completeness, table)
@@ -55,6 +56,7 @@ class RelabelFileGroupFn(beam.DoFn):
             except BadFile as bad:  # unreadable, or its batches cannot be decided
                 yield from dead_file_outputs(source, bad.reason, bad.message, self._fail_fast)
                 continue
+            memory.release_free_memory()  # Parquet decoding's scratch buffers
             counter("rows_in").inc(table.num_rows)
             record = dict(record, rows_in=table.num_rows, reason=None)
             yield pvalue.TaggedOutput(FILES, (source, record))
@@ -77,7 +79,8 @@ class RelabelFileGroupFn(beam.DoFn):
                 filtered.setdefault(source, []).append(table)
             yield pvalue.TaggedOutput(COUNTERS, dict(batch.counters, batch=batch_key))
 
-        for record, lineage, complete, table in readable:
+        while readable:  # popped, so each file's rows are freed once written
+            record, lineage, complete, table = readable.pop(0)
             source = record["path"]
             full_table = (lambda source=source: read_rollouts(source)[0]) if complete[0] else (lambda t=table: t)
             outcome = file_output.finish_file(
@@ -85,6 +88,8 @@ class RelabelFileGroupFn(beam.DoFn):
                 file_output.concat(dead.get(source, []), schemas.DEAD_LETTERS),
                 file_output.concat(filtered.get(source, []), schemas.DEAD_LETTERS),
                 self._output_dir, lineage, complete)
+            del table, full_table
+            memory.release_free_memory()
             yield from emit_outcome(outcome)
 
 
