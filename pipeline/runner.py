@@ -8,6 +8,7 @@ import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 
 from pipeline import manifest as manifest_lib
+from pipeline import progress
 from pipeline.graph import DEAD_LETTERS_NAME, FILTERED_NAME, build
 from pipeline.inputs import expand_inputs
 from pipeline.options import UsageError, pipeline_options, settings_from_options
@@ -89,7 +90,9 @@ def run(argv: list[str], test_pipeline: beam.Pipeline | None = None) -> RunOutco
     pipeline = test_pipeline if test_pipeline is not None else beam.Pipeline(options=options)
     build(pipeline, settings, files)
     try:
-        pipeline.run().wait_until_finish()
+        with progress.showing(progress.part_files(output, [f.output for f in files]), len(files), "relabel run",
+                              settings.progress):
+            pipeline.run().wait_until_finish()
     except Exception as error:  # noqa: BLE001 - map the pipeline's failure to an exit code
         text = f"{type(error).__name__}: {error}"
         for marker, code, cleanup in (("FailFast", 3, True), ("TooManyDeadRows", 3, True),

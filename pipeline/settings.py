@@ -30,6 +30,7 @@ class RunSettings:
     max_dead_fraction: float | None = None
     overwrite: bool = False
     dry_run: bool = False
+    progress: bool | None = None  # None: when stderr is a terminal
     version: str = field(default_factory=project_version)
 
     def semantics_record(self) -> dict:
@@ -54,3 +55,14 @@ class RunSettings:
         from schemas import SCHEMA_VERSION
         record = dict(self.semantics_record(), schema_version=SCHEMA_VERSION)
         return hashlib.sha256(json.dumps(record, sort_keys=True).encode()).hexdigest()[:16]
+
+@dataclass(frozen=True)
+class CompareSettings:
+    """`relabel compare`: the two labelings (transforms.comparison.Side) and where the report goes."""
+    inputs: tuple[str, ...]
+    report: str
+    a: object
+    b: object
+    reward_key: str | None = None
+    device: str = "auto"
+    progress: bool | None = None
