@@ -63,6 +63,10 @@ def _pct(count, fraction) -> str:
     return f"{count}" if fraction is None else f"{count} ({100 * fraction:.1f}%)"
 
 
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|")  # `|a - b|` inside a Markdown table cell
+
+
 def _num(value) -> str:
     return "n/a" if value is None else f"{value:.4g}"
 
@@ -94,7 +98,7 @@ def markdown(report: dict) -> str:
              f"- **A**: {side_text(a)}" + (f" (`{a['spec']}`)" if a["spec"] else ""),
              f"- **B**: {side_text(b)}" + (f" (`{b['spec']}`)" if b["spec"] else ""), "",
              "| | A vs B |", "|---|---:|"]
-    lines += [f"| {what} | {value} |" for what, value in totals_rows(report)]
+    lines += [f"| {_cell(what)} | {_cell(value)} |" for what, value in totals_rows(report)]
     d = report["definitions"]
     lines += ["", f"Zero: {d['zero']}. Agree: {d['agree']}. Wrong sign: {d['wrong_sign']}. Compared: "
               f"{d['compared']}. Groups: {d['groups']}.", "",
@@ -162,15 +166,15 @@ def scatter_png(report: dict) -> bytes:
     points = sample["points"]
     figure = _figure()
     axes = figure.add_subplot()
-    kinds = {"agree": ([], [], AGREE_COLOR, "o", 12), "differ": ([], [], DIFFER_COLOR, "o", 12),
-             "wrong sign": ([], [], WRONG_COLOR, "X", 36)}
+    kinds = {"agree": ([], [], AGREE_COLOR, "o", 12, 0.5), "differ": ([], [], DIFFER_COLOR, "o", 12, 0.5),
+             "wrong sign": ([], [], WRONG_COLOR, "X", 40, 0.85)}
     for a, b in points:
         xs, ys, *_ = kinds[_classify(a, b)]
         xs.append(a)
         ys.append(b)
-    for name, (xs, ys, color, marker, size) in kinds.items():
+    for name, (xs, ys, color, marker, size, alpha) in kinds.items():
         if xs:  # many rows share a value (0/1 rewards): translucent markers show where they pile up
-            axes.scatter(xs, ys, s=size, alpha=0.5, color=color, marker=marker, label=f"{name} ({len(xs)})",
+            axes.scatter(xs, ys, s=size, alpha=alpha, color=color, marker=marker, label=f"{name} ({len(xs)})",
                          linewidths=0)
     if points:
         low = min(min(p) for p in points)
