@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from transforms import rows
 from transforms.core.config import CoreConfig
@@ -107,13 +108,10 @@ def compare_batch(batch_key: str, parts: list[tuple[str, pa.Table]], prompt_grou
         "groups_a": side_a.counters["groups"], "groups_b": side_b.counters["groups"],
         "uniform_groups_a": side_a.counters["uniform_groups"], "uniform_groups_b": side_b.counters["uniform_groups"],
     }
-    groups, sizes = _groups(slim, group_b, differs, wrong_sign, delta, compared, state_a, file_names, file_rows,
-                            label)
-    record["groups_differing"] = len(groups)
-    record["group_sizes"] = sizes
-    groups.sort(key=group_rank)
+    groups, record["groups_differing"], record["group_sizes"] = _groups(
+        slim, group_b, differs, wrong_sign, delta, compared, state_a, file_names, file_rows, label)
     points = _sample(compared, file_names, file_rows, adv_a, adv_b)
-    return BatchComparison(record, groups[:LISTED_GROUPS], points)
+    return BatchComparison(record, sorted(groups, key=group_rank), points)
 
 
 def _aligned(side: rows.BatchResult, parts):
@@ -148,38 +146,48 @@ def _reasons(dead: pa.Table) -> dict[str, int]:
 
 
 def _groups(slim, group_b, differs, wrong_sign, delta, compared, state_a, file_names, file_rows, label):
-    """Differing groups of B (with their fan-out) and the batch's group-size histogram."""
-    live = group_b >= 0
-    if not live.any():
-        return [], {}
-    n_groups = int(group_b[live].max()) + 1
+    """B's groups that differ (at most LISTED_GROUPS, with their fan-out), their count and the batch's
+    group-size histogram; vectorized over rows (a step may hold many groups)."""
+    live = np.flatnonzero(group_b >= 0)
+    if not len(live):
+        return [], 0, {}
     g = group_b[live]
+    n_groups = int(g.max()) + 1
     size = np.bincount(g, minlength=n_groups)
     differing = np.bincount(g, weights=differs[live], minlength=n_groups).astype(np.int64)
     histogram: dict[str, list[int]] = {}
-    for s, d in zip(size, differing):
-        if s:
-            entry = histogram.setdefault(str(int(s)), [0, 0])
-            entry[0] += 1
-            entry[1] += int(d > 0)
+    for s, d in zip(size[size > 0], differing[size > 0]):
+        entry = histogram.setdefault(str(int(s)), [0, 0])
+        entry[0] += 1
+        entry[1] += int(d > 0)
+
     keys = slim.column("rollout_key")
-    rollout = np.where(np.asarray(keys.is_valid()), rows._fill(keys, 0), -1 - np.arange(len(group_b)))
-    group_index = slim.column("group_index").to_pylist()
-    out = []
-    for k in np.flatnonzero(differing):
-        members = np.flatnonzero(group_b == k)
-        _, fan = np.unique(rollout[members], return_counts=True)
-        hit = members[compared[members]]
-        first = members[0]
-        out.append({
-            "label": label, "group": int(k), "group_index": group_index[first],
-            "first_row": f"{file_names[first]}:{int(file_rows[first])}",
-            "rows": int(len(members)), "rollouts": int(len(fan)), "max_fanout": int(fan.max()),
-            "rows_differing": int(differing[k]), "wrong_sign": int(wrong_sign[members].sum()),
-            "not_written_under_a": int((state_a[members] != LIVE).sum()),
-            "max_abs_delta": float(delta[hit].max()) if len(hit) else None,
-        })
-    return out, histogram
+    rollout = np.where(np.asarray(keys.is_valid()), np.asarray(pc.fill_null(keys, 0)), -1 - np.arange(len(group_b)))
+    pairs, fan = np.unique(np.stack([g, rollout[live]]), axis=1, return_counts=True)
+    rollouts = np.bincount(pairs[0], minlength=n_groups)
+    max_fanout = np.zeros(n_groups, dtype=np.int64)
+    np.maximum.at(max_fanout, pairs[0], fan)
+    wrong = np.bincount(g, weights=wrong_sign[live], minlength=n_groups).astype(np.int64)
+    unwritten = np.bincount(g, weights=state_a[live] != LIVE, minlength=n_groups).astype(np.int64)
+    largest = np.full(n_groups, -1.0)
+    hit = live[compared[live]]
+    np.maximum.at(largest, group_b[hit], delta[hit])
+    first = np.full(n_groups, len(group_b))
+    np.minimum.at(first, g, live)
+
+    candidates = np.flatnonzero(differing)
+    # group_rank, vectorized: groups with rows A does not write (or no compared row) first, then largest |a - b|
+    worst = np.where((unwritten[candidates] > 0) | (largest[candidates] < 0), np.inf, largest[candidates])
+    listed = candidates[np.lexsort((candidates, -worst))[:LISTED_GROUPS]]
+    group_index = slim.column("group_index")
+    out = [{
+        "label": label, "group": int(k), "group_index": group_index[int(first[k])].as_py(),
+        "first_row": f"{file_names[first[k]]}:{int(file_rows[first[k]])}",
+        "rows": int(size[k]), "rollouts": int(rollouts[k]), "max_fanout": int(max_fanout[k]),
+        "rows_differing": int(differing[k]), "wrong_sign": int(wrong[k]), "not_written_under_a": int(unwritten[k]),
+        "max_abs_delta": float(largest[k]) if largest[k] >= 0 else None,
+    } for k in listed]
+    return out, len(candidates), histogram
 
 
 def group_rank(group: dict):

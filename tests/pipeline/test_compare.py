@@ -278,3 +278,16 @@ def test_run_shows_progress_and_summary(tmp_path):
     assert f"rows        {rows} in = {rows} written" in proc.stdout
     quiet = run_cli("run", "--input", tmp_path / "in", "--output", tmp_path / "o2")  # stderr is no terminal
     assert "relabel run:" not in quiet.stderr
+
+
+def test_unreadable_file_is_counted_under_both(tmp_path):
+    write_hand_run(tmp_path / "in")
+    (tmp_path / "in" / "broken.parquet").write_bytes(b"not parquet at all")
+    proc = run_cli("compare", "--input", tmp_path / "in", "--a", "legacy-reshape", "--b", "rollout-mainstream",
+                   "--report", tmp_path / "r", check_codes=(3,))
+    report = json.loads((tmp_path / "r" / "report.json").read_text())
+    t = report["totals"]
+    assert (t["files"], t["files_unreadable"], t["rows"]) == (2, 1, 22)
+    assert t["dead_a_by_reason"]["unreadable-file (file)"] == t["dead_b_by_reason"]["unreadable-file (file)"] == 1
+    assert [(f["name"], f["reason"]) for f in report["unreadable_files"]] == [("broken", "unreadable-file")]
+    assert "unreadable-file (file): 1" in proc.stdout
