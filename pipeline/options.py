@@ -57,9 +57,9 @@ class CompareOptions(PipelineOptions):
     @classmethod
     def _add_argparse_args(cls, parser):
         group = parser.add_argument_group("relabel compare")
-        group.add_argument("--a", dest="compare_a", help="labeling A: SEMANTICS[,estimator=E,std=on|off,...]")
-        group.add_argument("--b", dest="compare_b", help="labeling B: SEMANTICS[,estimator=E,std=on|off,...]")
-        group.add_argument("--report", dest="compare_report", help="directory for report.json, report.md, plots")
+        group.add_argument("--a", dest="compare_a", metavar="SPEC", help="labeling A: SEMANTICS[,estimator=E,std=on|off,...]")
+        group.add_argument("--b", dest="compare_b", metavar="SPEC", help="labeling B: SEMANTICS[,estimator=E,std=on|off,...]")
+        group.add_argument("--report", dest="compare_report", metavar="DIR", help="directory for report.json, report.md, plots")
 
 
 def settings_from_options(options: PipelineOptions) -> RunSettings:
