@@ -14,13 +14,12 @@ import apache_beam as beam
 from apache_beam import pvalue
 
 import schemas
-from transforms import sinks
+from transforms import rows, sinks
 from transforms.comparison import Side, compare_batch
 from transforms.core.reasons import BadFile
 from transforms.formats import read_rollouts
 from transforms.group_advantages import resolve_device
 from transforms.metrics import counter
-from transforms import rows
 
 BATCHES, GROUPS, POINTS, FILES = "batches", "groups", "points", "files"
 
@@ -64,7 +63,7 @@ class CompareFileGroupFn(beam.DoFn):
         for batch_key in sorted(batches):
             result = compare_batch(batch_key, batches[batch_key], sizes[batch_key], self._a, self._b, names,
                                    self._device)
-            yield pvalue.TaggedOutput(BATCHES, result.record)
+            yield result.record
             for listed in result.groups:
                 yield pvalue.TaggedOutput(GROUPS, listed)
             for point in result.points:
@@ -75,12 +74,11 @@ class CompareFileGroupFn(beam.DoFn):
 
 
 class CompareLabelings(beam.PTransform):
-    """PCollection[list of input records {path, name, ...}] -> tagged batches / groups / points / files."""
+    """PCollection[list of input records {path, name, ...}] -> batches (main) / groups / points / files."""
 
     def __init__(self, a: Side, b: Side, reward_key=None, device="auto", progress_dir=None):
         super().__init__()
         self._fn = CompareFileGroupFn(a, b, reward_key, device, progress_dir)
 
     def expand(self, groups):
-        return groups | "CompareEachGroup" >> beam.ParDo(self._fn).with_outputs(
-            BATCHES, GROUPS, POINTS, FILES, main="unused")
+        return groups | "CompareEachGroup" >> beam.ParDo(self._fn).with_outputs(GROUPS, POINTS, FILES, main=BATCHES)
