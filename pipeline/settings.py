@@ -4,8 +4,12 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from transforms.core.config import CoreConfig
+
+if TYPE_CHECKING:
+    from transforms.comparison import Side
 
 PROJECT = "rollout-relabel"
 
@@ -56,13 +60,14 @@ class RunSettings:
         record = dict(self.semantics_record(), schema_version=SCHEMA_VERSION)
         return hashlib.sha256(json.dumps(record, sort_keys=True).encode()).hexdigest()[:16]
 
+
 @dataclass(frozen=True)
 class CompareSettings:
-    """`relabel compare`: the two labelings (transforms.comparison.Side) and where the report goes."""
+    """`relabel compare`: the two labelings and where the report goes."""
     inputs: tuple[str, ...]
     report: str
-    a: object
-    b: object
+    a: Side
+    b: Side
     reward_key: str | None = None
     device: str = "auto"
     progress: bool | None = None
