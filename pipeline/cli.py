@@ -1,4 +1,4 @@
-"""`relabel`: run | demo | schema (also `python -m pipeline`)."""
+"""`relabel`: run | compare | demo | schema (also `python -m pipeline`)."""
 from __future__ import annotations
 
 import argparse
@@ -18,9 +18,13 @@ def main(argv: list[str] | None = None) -> int:
     demo = sub.add_parser("demo", help="generate a small realistic rollout set and relabel it")
     demo.add_argument("--workdir", default="demo_run")
     demo.add_argument("--seed", type=int, default=0)
+    sub.add_parser("compare", help="compare two labelings of the same rollouts: report.json, report.md, plots",
+                   add_help=False)
     sub.add_parser("schema", help="print the input, training-row and dead-letter schemas")
     if argv[:1] == ["run"]:
         return run_command(argv[1:])
+    if argv[:1] == ["compare"]:
+        return compare_command(argv[1:])
     args = parser.parse_args(argv)
     if args.command == "schema":
         import schemas
@@ -39,6 +43,22 @@ def run_command(argv: list[str]) -> int:
     from pipeline.options import UsageError
     try:
         outcome: RunOutcome = run(argv)
+    except UsageError as error:
+        print(f"relabel: error: {error}", file=sys.stderr)
+        return EXIT_USAGE
+    print(outcome.summary())
+    return outcome.exit_code
+
+
+def compare_command(argv: list[str]) -> int:
+    if "-h" in argv or "--help" in argv:
+        from pipeline.options import full_parser
+        full_parser("compare").print_help()
+        return EXIT_OK
+    from pipeline.compare import CompareOutcome, compare
+    from pipeline.options import UsageError
+    try:
+        outcome: CompareOutcome = compare(argv)
     except UsageError as error:
         print(f"relabel: error: {error}", file=sys.stderr)
         return EXIT_USAGE

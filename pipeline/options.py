@@ -6,8 +6,8 @@ import re
 
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions, TypeOptions
 
-from pipeline.settings import RunSettings
-from transforms.core.config import MAINSTREAM_POLICIES, SEMANTICS, CoreConfig
+from pipeline.settings import CompareSettings, RunSettings
+from transforms.core.config import MAINSTREAM_POLICIES, ROW_UNIT_SEMANTICS, SEMANTICS, CoreConfig
 
 DEFAULT_RUNNER = "FnApiRunner"  # in-process; the DirectRunner would try to download Prism
 
@@ -55,6 +55,19 @@ class RelabelOptions(PipelineOptions):
                            help="replace an output directory made with other options")
         group.add_argument("--dry-run", dest="relabel_dry_run", action="store_true", default=False,
                            help="build and validate the pipeline, print its plan, run nothing")
+        group.add_argument("--progress", dest="progress", action=argparse.BooleanOptionalAction, default=None,
+                           help="show files done and rows so far on stderr (default: when stderr is a terminal)")
+
+
+class CompareOptions(PipelineOptions):
+    """`relabel compare` only (with every RelabelOptions labeling flag, which A and B override)."""
+
+    @classmethod
+    def _add_argparse_args(cls, parser):
+        group = parser.add_argument_group("relabel compare")
+        group.add_argument("--a", dest="compare_a", metavar="SPEC", help="labeling A: SEMANTICS[,estimator=E,std=on|off,...]")
+        group.add_argument("--b", dest="compare_b", metavar="SPEC", help="labeling B: SEMANTICS[,estimator=E,std=on|off,...]")
+        group.add_argument("--report", dest="compare_report", metavar="DIR", help="directory for report.json, report.md, plots")
 
 
 def settings_from_options(options: PipelineOptions) -> RunSettings:
@@ -77,7 +90,8 @@ def settings_from_options(options: PipelineOptions) -> RunSettings:
         core_resource_hints=core_resource_hints(opts.core_resource_hints or []),
         inputs=tuple(opts.inputs), output=opts.output, core=core, reward_key=opts.reward_key,
         drop_uniform_groups=opts.drop_uniform_groups, device=opts.device, fail_fast=opts.fail_fast,
-        max_dead_fraction=opts.max_dead_fraction, overwrite=opts.overwrite, dry_run=opts.relabel_dry_run)
+        max_dead_fraction=opts.max_dead_fraction, overwrite=opts.overwrite, dry_run=opts.relabel_dry_run,
+        progress=opts.progress)
 
 
 def core_resource_hints(flags: list[str]) -> tuple[tuple[str, str], ...]:
@@ -100,19 +114,97 @@ def core_resource_hints(flags: list[str]) -> tuple[tuple[str, str], ...]:
     return tuple(sorted(hints.items()))
 
 
-def full_parser():
-    """A parser that knows every pipeline option (ours and Beam's runners'), as Beam builds it."""
+# Keys of a --a/--b spec: (CoreConfig field or "drop_uniform_groups", value parser).
+SPEC_KEYS = {
+    "estimator": ("estimator", str),
+    "std": ("std_normalization", "switch"),
+    "std_normalization": ("std_normalization", "switch"),
+    "rewards_normalization": ("rewards_normalization", "switch"),
+    "mainstream": ("mainstream", str),
+    "n_samples_per_prompt": ("n_samples_per_prompt", int),
+    "rollout_batch_size": ("rollout_batch_size", int),
+    "drop_uniform_groups": ("drop_uniform_groups", "switch"),
+}
+SWITCH = {"on": True, "true": True, "yes": True, "1": True, "off": False, "false": False, "no": False, "0": False}
+NOT_FOR_COMPARE = (("output", "--output (compare writes --report DIR)"), ("fail_fast", "--fail-fast"),
+                   ("max_dead_fraction", "--max-dead-fraction"), ("overwrite", "--overwrite"),
+                   ("relabel_dry_run", "--dry-run"))
+
+
+def compare_settings_from_options(options: PipelineOptions) -> CompareSettings:
+    """`relabel compare`: the run options give both sides' defaults; each --a/--b spec overrides them."""
+    from transforms.comparison import Side
+
+    opts = options.view_as(RelabelOptions)
+    compare = options.view_as(CompareOptions)
+    if not opts.inputs:
+        raise UsageError("--input is required (files, directories or globs)")
+    for flag, name in (("--a", compare.compare_a), ("--b", compare.compare_b), ("--report", compare.compare_report)):
+        if not name:
+            raise UsageError(f"{flag} is required")
+    for dest, flag in NOT_FOR_COMPARE:
+        if getattr(opts, dest) not in (None, False):
+            raise UsageError(f"{flag} does not apply to relabel compare")
+    base = {"estimator": opts.estimator, "std_normalization": opts.std_normalization,
+            "rewards_normalization": opts.rewards_normalization, "mainstream": opts.mainstream,
+            "n_samples_per_prompt": opts.n_samples_per_prompt, "rollout_batch_size": opts.rollout_batch_size,
+            "drop_uniform_groups": opts.drop_uniform_groups}
+    sides = []
+    for flag, spec in (("--a", compare.compare_a), ("--b", compare.compare_b)):
+        values = parse_side(flag, spec, base)
+        drop = values.pop("drop_uniform_groups")
+        try:
+            sides.append(Side(CoreConfig(**values), drop, spec))
+        except ValueError as error:
+            raise UsageError(f"{flag} {spec}: {error}") from error
+    return CompareSettings(inputs=tuple(opts.inputs), report=compare.compare_report, a=sides[0], b=sides[1],
+                           reward_key=opts.reward_key, device=opts.device, progress=opts.progress)
+
+
+def parse_side(flag: str, spec: str, base: dict) -> dict:
+    """`legacy-reshape,estimator=grpo,std=off` -> CoreConfig keyword values (and drop_uniform_groups)."""
+    semantics, *pairs = [part.strip() for part in spec.split(",")]
+    if semantics not in SEMANTICS:
+        raise UsageError(f"{flag} {spec}: unknown semantics {semantics!r}; choose one of {', '.join(SEMANTICS)}")
+    values = dict(base, semantics=semantics)
+    if semantics in ROW_UNIT_SEMANTICS:
+        values["mainstream"] = None  # the run-wide --mainstream is for rollout semantics; a spec may still say it
+    for pair in pairs:
+        key, sep, text = pair.partition("=")
+        key = key.strip().replace("-", "_")
+        if not sep or key not in SPEC_KEYS:
+            raise UsageError(f"{flag} {spec}: unknown setting {pair!r}; use key=value with keys "
+                             f"{', '.join(SPEC_KEYS)}")
+        name, kind = SPEC_KEYS[key]
+        text = text.strip()
+        try:
+            if kind == "switch":
+                values[name] = SWITCH[text.lower()]
+            else:
+                values[name] = kind(text)
+        except (KeyError, ValueError) as error:
+            raise UsageError(f"{flag} {spec}: {key}={text!r} is not a valid value") from error
+    return values
+
+
+def full_parser(command: str = "run"):
+    """A parser that knows every pipeline option (ours and Beam's runners'), as Beam builds it.
+
+    CompareOptions' flags exist for `relabel compare` only: `run` refuses them.
+    """
     from apache_beam.options.pipeline_options import _BeamArgumentParser
 
     parser = _BeamArgumentParser(allow_abbrev=False)
     for cls in {str(c): c for c in PipelineOptions.__subclasses__()}.values():
+        if cls is CompareOptions and command != "compare":
+            continue
         cls._add_argparse_args(parser)  # noqa: SLF001 - Beam's own way to list every option
     return parser
 
 
-def pipeline_options(argv: list[str]) -> PipelineOptions:
+def pipeline_options(argv: list[str], command: str = "run") -> PipelineOptions:
     """Parse argv strictly (an unknown flag is a usage error) and pin the in-process runner."""
-    _, unknown = full_parser().parse_known_args(argv)
+    _, unknown = full_parser(command).parse_known_args(argv)
     if unknown:
         raise UsageError(f"unknown option(s): {' '.join(unknown)}")
     options = PipelineOptions(argv)

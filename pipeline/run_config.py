@@ -55,3 +55,21 @@ def _flags(flag, action, value, path, key):
         import json
         return [f"{flag}={json.dumps(value)}"]
     return [f"{flag}={value}"]
+
+
+def expand_config(argv: list[str]) -> list[str]:
+    """argv with each `--config FILE` replaced by the file's flags, placed first (the command line wins)."""
+    rest, configs, i = [], [], 0
+    while i < len(argv):
+        if argv[i] == "--config":
+            if i + 1 >= len(argv):
+                raise UsageError("--config needs a file")
+            configs.append(argv[i + 1])
+            i += 2
+            continue
+        if argv[i].startswith("--config="):
+            configs.append(argv[i].split("=", 1)[1])
+        else:
+            rest.append(argv[i])
+        i += 1
+    return [flag for path in configs for flag in config_argv(path)] + rest

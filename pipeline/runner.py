@@ -8,10 +8,11 @@ import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 
 from pipeline import manifest as manifest_lib
+from pipeline import progress
 from pipeline.graph import DEAD_LETTERS_NAME, FILTERED_NAME, build
 from pipeline.inputs import expand_inputs
 from pipeline.options import UsageError, pipeline_options, settings_from_options
-from pipeline.run_config import config_argv
+from pipeline.run_config import expand_config
 from pipeline.runner_checks import RunnerCheck, check_runner
 from transforms.sinks import TEMP_PREFIX
 
@@ -49,10 +50,7 @@ class RunOutcome:
 
 
 def parse(argv: list[str]):
-    argv = list(argv)
-    if "--config" in argv or any(a.startswith("--config=") for a in argv):
-        argv = _expand_config(argv)
-    options = pipeline_options(argv)
+    options = pipeline_options(expand_config(list(argv)))
     return options, settings_from_options(options)
 
 
@@ -91,7 +89,9 @@ def run(argv: list[str], test_pipeline: beam.Pipeline | None = None) -> RunOutco
     pipeline = test_pipeline if test_pipeline is not None else beam.Pipeline(options=options)
     build(pipeline, settings, files)
     try:
-        pipeline.run().wait_until_finish()
+        with progress.showing(progress.part_files(output, [f.output for f in files]), len(files), "relabel run",
+                              settings.progress):
+            pipeline.run().wait_until_finish()
     except Exception as error:  # noqa: BLE001 - map the pipeline's failure to an exit code
         text = f"{type(error).__name__}: {error}"
         for marker, code, cleanup in (("FailFast", 3, True), ("TooManyDeadRows", 3, True),
@@ -193,23 +193,3 @@ def _first_line(error, marker):
         if marker in line or line.startswith(("non-", "missing", "mask", "unreadable", "unsafe", "partial")):
             return line.strip()
     return str(error).splitlines()[0] if str(error) else marker
-
-
-def _expand_config(argv):
-    rest, configs, i = [], [], 0
-    while i < len(argv):
-        if argv[i] == "--config":
-            if i + 1 >= len(argv):
-                raise UsageError("--config needs a file")
-            configs.append(argv[i + 1])
-            i += 2
-            continue
-        if argv[i].startswith("--config="):
-            configs.append(argv[i].split("=", 1)[1])
-        else:
-            rest.append(argv[i])
-        i += 1
-    expanded = []
-    for path in configs:
-        expanded += config_argv(path)
-    return expanded + rest

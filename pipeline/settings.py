@@ -4,8 +4,12 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from transforms.core.config import CoreConfig
+
+if TYPE_CHECKING:
+    from transforms.comparison import Side
 
 PROJECT = "rollout-relabel"
 
@@ -31,6 +35,7 @@ class RunSettings:
     overwrite: bool = False
     dry_run: bool = False
     core_resource_hints: tuple[tuple[str, str], ...] = ()
+    progress: bool | None = None  # None: when stderr is a terminal
     version: str = field(default_factory=project_version)
 
     def semantics_record(self) -> dict:
@@ -55,3 +60,15 @@ class RunSettings:
         from schemas import SCHEMA_VERSION
         record = dict(self.semantics_record(), schema_version=SCHEMA_VERSION)
         return hashlib.sha256(json.dumps(record, sort_keys=True).encode()).hexdigest()[:16]
+
+
+@dataclass(frozen=True)
+class CompareSettings:
+    """`relabel compare`: the two labelings and where the report goes."""
+    inputs: tuple[str, ...]
+    report: str
+    a: Side
+    b: Side
+    reward_key: str | None = None
+    device: str = "auto"
+    progress: bool | None = None

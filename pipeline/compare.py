@@ -1,0 +1,102 @@
+"""compare(argv): options -> inputs -> one pipeline labelling every batch under A and B -> report.
+
+Every input is read once (slim columns only); the report directory receives report.json,
+report.md and the plots (transforms/comparison_report.py).
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+import apache_beam as beam
+from apache_beam.io.filesystems import FileSystems
+
+from pipeline import progress
+from pipeline.inputs import expand_inputs
+from pipeline.options import UsageError, compare_settings_from_options, pipeline_options
+from pipeline.plan import group_by_batch_sharing
+from pipeline.run_config import expand_config
+from pipeline.settings import CompareSettings
+from transforms.compare_labelings import BATCHES, FILES, GROUPS, POINTS, CompareLabelings
+from transforms.comparison_report import PLOTS, REPORT_JSON, REPORT_MD, side_text, totals_rows
+from transforms.write_comparison_report import WriteComparisonReport
+
+PROGRESS_DIR = ".progress"
+STEPS_SHOWN = 10
+
+
+@dataclass
+class CompareOutcome:
+    exit_code: int
+    report_dir: str
+    report: dict | None
+
+    def summary(self) -> str:
+        if self.report is None:
+            return f"relabel compare: the pipeline finished but wrote no {REPORT_JSON} in {self.report_dir}"
+        r = self.report
+        lines = [f"A  {side_text(r['a'])}", f"B  {side_text(r['b'])}", ""]
+        lines += [f"{what:<34} {value}" for what, value in totals_rows(r)]
+        steps = r["steps"]
+        if steps:
+            lines += ["", f"{'step':>8} {'compared':>9} {'agree':>7} {'wrong sign':>10} {'non-zero A -> B':>16}"]
+            for s in steps[:STEPS_SHOWN]:
+                agree = "n/a" if s["agree_fraction"] is None else f"{100 * s['agree_fraction']:.1f}%"
+                wrong = "n/a" if s["wrong_sign_fraction"] is None else f"{100 * s['wrong_sign_fraction']:.1f}%"
+                lines.append(f"{s['label']:>8} {s['compared']:>9} {agree:>7} {wrong:>10} "
+                             f"{str(s['nonzero_a']) + ' -> ' + str(s['nonzero_b']):>16}")
+            if len(steps) > STEPS_SHOWN:
+                lines.append(f"{'':>8} ... {len(steps) - STEPS_SHOWN} more steps in {REPORT_MD}")
+        lines += ["", f"report      {FileSystems.join(self.report_dir, REPORT_MD)} (+ {REPORT_JSON}, "
+                      f"{', '.join(PLOTS)})"]
+        return "\n".join(lines)
+
+
+def parse(argv: list[str]) -> tuple[object, CompareSettings]:
+    options = pipeline_options(expand_config(list(argv)), command="compare")
+    return options, compare_settings_from_options(options)
+
+
+def build(p: beam.Pipeline, settings: CompareSettings, files, progress_dir: str | None):
+    """Add the comparison graph to `p`: one element per group of files sharing batches."""
+    # slim columns only: a group of any size fits one worker, so no group takes the shuffle path
+    groups, _ = group_by_batch_sharing(files, max_group_bytes=float("inf"))
+    records = [[dict(f.record(), name=f.output[len("part-"):-len(".parquet")]) for f in group] for group in groups]
+    results = (p | "ListFileGroups" >> beam.Create(records)
+               | "CompareLabelings" >> CompareLabelings(settings.a, settings.b, settings.reward_key,
+                                                        settings.device, progress_dir))
+    outputs = {kind: results[kind] for kind in (BATCHES, FILES, GROUPS, POINTS)}
+    return outputs | "WriteComparisonReport" >> WriteComparisonReport(
+        settings.report, settings.a.record(), settings.b.record())
+
+
+def compare(argv: list[str], test_pipeline: beam.Pipeline | None = None) -> CompareOutcome:
+    options, settings = parse(argv)
+    files = expand_inputs(settings.inputs, settings.report)
+    if not files:
+        raise UsageError(f"no .pt or .parquet files found under {' '.join(settings.inputs)}")
+    report_dir = settings.report
+    if not FileSystems.exists(report_dir):
+        FileSystems.mkdirs(report_dir)
+    progress_dir = FileSystems.join(report_dir, PROGRESS_DIR)
+    _remove([progress_dir, FileSystems.join(report_dir, REPORT_JSON)])
+    pipeline = test_pipeline if test_pipeline is not None else beam.Pipeline(options=options)
+    build(pipeline, settings, files, progress_dir)
+    with progress.showing(progress.committed_records(progress_dir), len(files), "relabel compare",
+                          settings.progress):
+        pipeline.run().wait_until_finish()
+    _remove([progress_dir])
+    path = FileSystems.join(report_dir, REPORT_JSON)
+    if not FileSystems.exists(path):
+        return CompareOutcome(1, report_dir, None)
+    with FileSystems.open(path) as handle:
+        report = json.loads(handle.read())
+    totals = report["totals"]
+    dead = totals["dead_a"] + totals["dead_b"] + totals["files_unreadable"]
+    return CompareOutcome(3 if dead else 0, report_dir, report)
+
+
+def _remove(paths):
+    existing = [p for p in paths if FileSystems.exists(p)]
+    if existing:
+        FileSystems.delete(existing)
