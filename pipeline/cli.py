@@ -1,4 +1,4 @@
-"""`relabel`: run | demo | schema (also `python -m pipeline`)."""
+"""`relabel`: run | watch | demo | schema (also `python -m pipeline`)."""
 from __future__ import annotations
 
 import argparse
@@ -15,12 +15,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="relabel", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("run", help="relabel stored rollouts into Parquet training rows", add_help=False)
+    sub.add_parser("watch", help="relabel rollout files as they land in a folder", add_help=False)
     demo = sub.add_parser("demo", help="generate a small realistic rollout set and relabel it")
     demo.add_argument("--workdir", default="demo_run")
     demo.add_argument("--seed", type=int, default=0)
     sub.add_parser("schema", help="print the input, training-row and dead-letter schemas")
-    if argv[:1] == ["run"]:
-        return run_command(argv[1:])
+    if argv[:1] in (["run"], ["watch"]):
+        return run_command(argv[1:], watch=argv[0] == "watch")
     args = parser.parse_args(argv)
     if args.command == "schema":
         import schemas
@@ -30,7 +31,7 @@ def main(argv: list[str] | None = None) -> int:
     return run_demo(args.workdir, seed=args.seed)
 
 
-def run_command(argv: list[str]) -> int:
+def run_command(argv: list[str], watch: bool = False) -> int:
     if "-h" in argv or "--help" in argv:
         from pipeline.options import full_parser
         full_parser().print_help()
@@ -38,7 +39,11 @@ def run_command(argv: list[str]) -> int:
     from pipeline.runner import RunOutcome, run
     from pipeline.options import UsageError
     try:
-        outcome: RunOutcome = run(argv)
+        if watch:
+            from pipeline.watch import run_watch
+            outcome: RunOutcome = run_watch(argv)
+        else:
+            outcome = run(argv)
     except UsageError as error:
         print(f"relabel: error: {error}", file=sys.stderr)
         return EXIT_USAGE
