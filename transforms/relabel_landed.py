@@ -68,14 +68,14 @@ class RelabelLandedFn(beam.DoFn):
         else:
             by_tag = split_outputs(self._group_fn.process(files))
         for position, f in enumerate(files):
-            record = self._record(f, by_tag, first=position == 0)
+            record = self._record(f, files, by_tag, first=position == 0)
             watch_records.write_record(self._output_dir, record)
             counter("files_done").inc()
             yield {"path": f["path"], "output": f["output"], "rows_out": sum(
                 s["rows_out"] for s in record["stats"] if s["kind"] == "file")}
         watch_records.write_watch_manifest(self._output_dir, self._lineage, self._fingerprint, "running")
 
-    def _record(self, item: dict, by_tag: dict, first: bool) -> dict:
+    def _record(self, item: dict, group: list[dict], by_tag: dict, first: bool) -> dict:
         from pipeline.inputs import InputFile
         from pipeline.plan import _step_range
 
@@ -88,7 +88,7 @@ class RelabelLandedFn(beam.DoFn):
         filtered = self._write_records(item, by_tag[FILTERED], watch_records.FILTERED_DIR, "filtered")
         steps = _step_range(InputFile(source, item["output"], item["size"], item["mtime"]))
         return {"input": item, "fingerprint": self._fingerprint, "steps": list(steps) if steps else None,
-                "stats": stats, "dead": dead, "filtered": filtered}
+                "group": [f["output"] for f in group], "stats": stats, "dead": dead, "filtered": filtered}
 
     def _write_records(self, item, tables, directory, kind) -> dict:
         """This input's records, sorted as `relabel run` sorts them, in directory/<part name>."""

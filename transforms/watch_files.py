@@ -106,10 +106,19 @@ class PollLandedFiles(PollFn):
 
     def _is_done(self, seen: Seen):
         record = watch_records.read_record(self._output_dir, seen.output)
-        if watch_records.is_done(record, self._fingerprint, seen.record()):
+        if watch_records.is_done(record, self._fingerprint, seen.record()) and self._group_done(record):
             steps = record.get("steps")
             return True, tuple(steps) if steps else None
         return False, None
+
+    def _group_done(self, record) -> bool:
+        """Files relabelled together are done together: a watch stopped between their records redoes the group
+        (complete part files are kept), rather than taking the rest of its step for late files."""
+        for output in record.get("group") or ():
+            member = watch_records.read_record(self._output_dir, output)
+            if member is None or member.get("fingerprint") != self._fingerprint or member.get("group") != record["group"]:
+                return False
+        return True
 
     def _step_range(self, seen: Seen):
         from pipeline.inputs import InputFile
