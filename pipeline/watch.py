@@ -17,6 +17,7 @@ from pipeline import watch_records
 from pipeline.inputs import expand_inputs
 from pipeline.options import UsageError, watch_settings_from_options
 from pipeline.runner import RunOutcome, parse, read_manifest, remove_run_outputs
+from transforms import sinks
 from transforms.relabel_landed import RelabelLandedFiles
 from transforms.watch_files import WatchFiles
 
@@ -111,8 +112,7 @@ class StopOnSignal:
             raise KeyboardInterrupt
         self.requested = True
         os.write(2, b"relabel watch: stopping after the file in progress (Ctrl-C again to interrupt now)\n")
-        watch_records.sinks.write_bytes_atomically(b"", watch_records.records_dir(self._output),
-                                                   watch_records.STOP_NAME)
+        sinks.write_bytes_atomically(b"", watch_records.records_dir(self._output), watch_records.STOP_NAME)
 
     def __exit__(self, *exc):
         for sig, handler in self._previous.items():
