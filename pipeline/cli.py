@@ -1,4 +1,4 @@
-"""`relabel`: run | compare | demo | schema (also `python -m pipeline`)."""
+"""`relabel`: run | compare | watch | demo | schema (also `python -m pipeline`)."""
 from __future__ import annotations
 
 import argparse
@@ -15,14 +15,15 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="relabel", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("run", help="relabel stored rollouts into Parquet training rows", add_help=False)
+    sub.add_parser("watch", help="relabel rollout files as they land in a folder", add_help=False)
     demo = sub.add_parser("demo", help="generate a small realistic rollout set and relabel it")
     demo.add_argument("--workdir", default="demo_run")
     demo.add_argument("--seed", type=int, default=0)
     sub.add_parser("compare", help="compare two labelings of the same rollouts: report.json, report.md, plots",
                    add_help=False)
     sub.add_parser("schema", help="print the input, training-row and dead-letter schemas")
-    if argv[:1] == ["run"]:
-        return run_command(argv[1:])
+    if argv[:1] in (["run"], ["watch"]):
+        return run_command(argv[1:], watch=argv[0] == "watch")
     if argv[:1] == ["compare"]:
         return compare_command(argv[1:])
     args = parser.parse_args(argv)
@@ -34,15 +35,19 @@ def main(argv: list[str] | None = None) -> int:
     return run_demo(args.workdir, seed=args.seed)
 
 
-def run_command(argv: list[str]) -> int:
+def run_command(argv: list[str], watch: bool = False) -> int:
     if "-h" in argv or "--help" in argv:
         from pipeline.options import full_parser
-        full_parser().print_help()
+        full_parser("watch" if watch else "run").print_help()
         return EXIT_OK
     from pipeline.runner import RunOutcome, run
     from pipeline.options import UsageError
     try:
-        outcome: RunOutcome = run(argv)
+        if watch:
+            from pipeline.watch import run_watch
+            outcome: RunOutcome = run_watch(argv)
+        else:
+            outcome = run(argv)
     except UsageError as error:
         print(f"relabel: error: {error}", file=sys.stderr)
         return EXIT_USAGE

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import re
+from dataclasses import dataclass
 
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions, TypeOptions
 
@@ -190,13 +191,15 @@ def parse_side(flag: str, spec: str, base: dict) -> dict:
 def full_parser(command: str = "run"):
     """A parser that knows every pipeline option (ours and Beam's runners'), as Beam builds it.
 
-    CompareOptions' flags exist for `relabel compare` only: `run` refuses them.
+    CompareOptions' flags exist for `relabel compare` only and WatchOptions' for `relabel watch` only:
+    the other commands refuse them (Beam registers every options class globally). "any" knows them all.
     """
     from apache_beam.options.pipeline_options import _BeamArgumentParser
 
+    only_for = {CompareOptions: "compare", WatchOptions: "watch"}
     parser = _BeamArgumentParser(allow_abbrev=False)
     for cls in {str(c): c for c in PipelineOptions.__subclasses__()}.values():
-        if cls is CompareOptions and command != "compare":
+        if command != "any" and only_for.get(cls, command) != command:
             continue
         cls._add_argparse_args(parser)  # noqa: SLF001 - Beam's own way to list every option
     return parser
@@ -214,3 +217,43 @@ def pipeline_options(argv: list[str], command: str = "run") -> PipelineOptions:
         # our DoFns carry no type hints: Beam's inference only costs start-up time (~0.5 s)
         options.view_as(TypeOptions).pipeline_type_check = False
     return options
+
+
+class WatchOptions(PipelineOptions):
+    """`relabel watch` only: how the input is polled and when the watch stops."""
+
+    @classmethod
+    def _add_argparse_args(cls, parser):
+        group = parser.add_argument_group("rollout-relabel watch")
+        group.add_argument("--poll-interval", type=float, default=5.0,
+                           help="seconds between two listings of the input")
+        group.add_argument("--stop-after-idle", type=float, default=None,
+                           help="stop when no input file appeared or changed for this many seconds")
+        group.add_argument("--stop-after-files", type=int, default=None,
+                           help="stop once this many input files were handed to relabelling")
+        group.add_argument("--require-marker", action="store_true", default=False,
+                           help="relabel a file only once <file>.done or _SUCCESS in its folder exists")
+
+
+@dataclass(frozen=True)
+class WatchSettings:
+    poll_interval: float
+    stop_after_idle: float | None
+    stop_after_files: int | None
+    require_marker: bool
+
+
+def watch_settings_from_options(options: PipelineOptions, settings: RunSettings) -> WatchSettings:
+    """The one place watch options are read and checked (run options: settings_from_options)."""
+    opts = options.view_as(WatchOptions)
+    if opts.poll_interval <= 0:
+        raise UsageError(f"--poll-interval must be positive, got {opts.poll_interval}")
+    if opts.stop_after_idle is not None and opts.stop_after_idle < 0:
+        raise UsageError(f"--stop-after-idle must be >= 0, got {opts.stop_after_idle}")
+    if opts.stop_after_files is not None and opts.stop_after_files < 1:
+        raise UsageError(f"--stop-after-files must be >= 1, got {opts.stop_after_files}")
+    for flag, used in (("--fail-fast", settings.fail_fast), ("--max-dead-fraction", settings.max_dead_fraction),
+                       ("--dry-run", settings.dry_run)):
+        if used not in (None, False):
+            raise UsageError(f"{flag} is a `relabel run` option; `relabel watch` does not support it")
+    return WatchSettings(opts.poll_interval, opts.stop_after_idle, opts.stop_after_files, opts.require_marker)

@@ -22,7 +22,7 @@ def config_argv(path: str) -> list[str]:
     if not isinstance(data, dict):
         raise UsageError(f"--config {path}: expected a mapping of option names to values")
     actions = {}
-    for action in full_parser()._actions:  # noqa: SLF001
+    for action in full_parser("any")._actions:  # noqa: SLF001
         for flag in action.option_strings:
             if flag.startswith("--") and not flag.startswith("--no-"):
                 actions.setdefault(flag[2:].replace("-", "_"), (flag, action))

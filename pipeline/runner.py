@@ -49,8 +49,8 @@ class RunOutcome:
         return "\n".join(lines)
 
 
-def parse(argv: list[str]):
-    options = pipeline_options(expand_config(list(argv)))
+def parse(argv: list[str], command: str = "run"):
+    options = pipeline_options(expand_config(list(argv)), command)
     return options, settings_from_options(options)
 
 

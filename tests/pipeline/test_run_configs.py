@@ -116,3 +116,11 @@ def test_filesystem_missing_from_this_install_is_named_with_its_extra(tmp_path):
     err = run_cli("run", "--dry-run", "--input", "gs://bucket/run/", "--output", tmp_path / "out",
                   check_codes=(2,)).stderr
     assert "no Beam filesystem for gs://: pip install 'apache-beam[gcp]==2.77.0'" in err
+
+
+@pytest.mark.parametrize("command, flag", [("run", "--poll-interval=3"), ("run", "--a=legacy-reshape"),
+                                           ("compare", "--stop-after-files=2")])
+def test_another_commands_options_are_refused(tmp_path, command, flag):
+    err = run_cli(command, "--input", tmp_path, "--output" if command == "run" else "--report", tmp_path / "o",
+                  flag, check_codes=(2,)).stderr
+    assert f"unknown option(s): {flag}" in err

@@ -25,6 +25,8 @@ REASONS = (
     "empty-file",
     "ill-typed-column",
     "value-too-large",
+    "late-batch-file",   # relabel watch: a file for a step already relabelled from other files
+    "incomplete-group",  # row streams: a prompt group that did not complete before its timeout
 )
 CODE = {name: i for i, name in enumerate(REASONS)}
 

@@ -1,0 +1,107 @@
+"""What `relabel watch` keeps in its output directory, file by file, and the manifest built from it.
+
+DIR/_watch/<part name>.json is written (atomically) after an input's training
+rows and dead letters: its presence, with the same options fingerprint and
+input size and mtime, means the input is done. The manifest is rebuilt from
+these records after every input, so it never depends on one process's memory
+and a restarted watch continues the same counts.
+"""
+from __future__ import annotations
+
+import json
+
+from apache_beam.io.filesystems import FileSystems
+
+from pipeline import manifest as manifest_lib
+from transforms import sinks
+
+RECORDS_DIR = "_watch"
+DEAD_LETTERS_DIR = "dead_letters"
+FILTERED_DIR = "filtered"
+STOP_NAME = "stop-requested"
+
+
+def record_name(output: str) -> str:
+    return output.rsplit(".", 1)[0] + ".json"
+
+
+def records_dir(output_dir: str) -> str:
+    return FileSystems.join(output_dir, RECORDS_DIR)
+
+
+def stop_path(output_dir: str) -> str:
+    return FileSystems.join(records_dir(output_dir), STOP_NAME)
+
+
+def stop_requested(output_dir: str) -> bool:
+    return FileSystems.exists(stop_path(output_dir))
+
+
+def write_record(output_dir: str, record: dict) -> None:
+    data = (json.dumps(record, sort_keys=True) + "\n").encode()
+    sinks.write_bytes_atomically(data, records_dir(output_dir), record_name(record["input"]["output"]))
+
+
+def read_record(output_dir: str, output: str) -> dict | None:
+    path = FileSystems.join(records_dir(output_dir), record_name(output))
+    try:
+        if not FileSystems.exists(path):
+            return None
+        with FileSystems.open(path) as handle:
+            return json.loads(handle.read())
+    except Exception:  # noqa: BLE001 - a damaged record means: not done
+        return None
+
+
+def is_done(record: dict | None, fingerprint: str, item: dict) -> bool:
+    """The input item {path, size, mtime} was relabelled with these options, as it is now."""
+    return (record is not None and record.get("fingerprint") == fingerprint
+            and all(record["input"].get(k) == item[k] for k in ("path", "size", "mtime")))
+
+
+def read_records(output_dir: str) -> list[dict]:
+    try:
+        matched = FileSystems.match([FileSystems.join(records_dir(output_dir), "*.json")])[0].metadata_list
+    except Exception:  # noqa: BLE001 - nothing there yet
+        return []
+    records = []
+    for meta in sorted(matched, key=lambda m: m.path):
+        name = meta.path.replace("\\", "/").rsplit("/", 1)[-1]
+        if name.startswith(sinks.TEMP_PREFIX):
+            continue
+        with FileSystems.open(meta.path) as handle:
+            records.append(json.loads(handle.read()))
+    return records
+
+
+def merge_record_stats(kind: str, summaries: list[dict], directory: str) -> dict:
+    """Per-input dead-letter (or filtered) summaries -> one, as WriteRecords reports a whole run's."""
+    merged = {"kind": kind, "records": 0, "rows": 0, "files": 0, "by_reason": {}, "by_source": {}, "output": None}
+    for s in summaries:
+        for name in ("records", "rows", "files"):
+            merged[name] += s[name]
+        for reason, n in s["by_reason"].items():
+            merged["by_reason"][reason] = merged["by_reason"].get(reason, 0) + n
+        merged["by_source"].update(s["by_source"])
+    if merged["records"]:
+        merged["output"] = directory + "/"
+    return merged
+
+
+def build_watch_manifest(output_dir: str, run_record: dict, fingerprint: str, state: str,
+                         not_done: list[str] | None = None) -> dict:
+    """The manifest of everything done so far in output_dir (under these options)."""
+    records = [r for r in read_records(output_dir) if r.get("fingerprint") == fingerprint]
+    stats = [s for r in records for s in r["stats"]]
+    stats.append(merge_record_stats("dead", [r["dead"] for r in records], DEAD_LETTERS_DIR))
+    stats.append(merge_record_stats("filtered", [r["filtered"] for r in records], FILTERED_DIR))
+    manifest = manifest_lib.build_manifest(run_record, fingerprint, [r["input"] for r in records], stats)
+    manifest["watch"] = {"state": state, "files_done": len(records), "not_done": not_done or []}
+    return manifest
+
+
+def write_watch_manifest(output_dir: str, run_record: dict, fingerprint: str, state: str,
+                         not_done: list[str] | None = None) -> dict:
+    manifest = build_watch_manifest(output_dir, run_record, fingerprint, state, not_done)
+    sinks.write_bytes_atomically(manifest_lib.dumps(manifest), output_dir, manifest_lib.MANIFEST_NAME)
+    return manifest
