@@ -23,6 +23,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from pipeline.plan import overlapping_components
+
 DONE_SUFFIX = ".done"
 SUCCESS_NAME = "_SUCCESS"
 
@@ -109,7 +111,7 @@ class Landing:
 
     def _release_closed_steps(self) -> list[Release]:
         releases = []
-        for component in _overlapping_components(list(self.held.values())):
+        for component in overlapping_components(list(self.held.values())):
             top = max(high for _, (_, high) in component)
             closed = self.newest_step is not None and self.newest_step > top
             if closed or all(seen.folder_closed for seen, _ in component):
@@ -120,18 +122,3 @@ class Landing:
                 self.closed_steps.append((min(low for _, (low, _) in component), top))
                 releases.append(Release([seen.record() for seen in files]))
         return releases
-
-
-def _overlapping_components(items):
-    """Groups of (seen, (low, high)) whose step ranges overlap transitively."""
-    components, current, reach = [], [], None
-    for item in sorted(items, key=lambda item: item[1]):
-        low, high = item[1]
-        if reach is not None and low > reach:
-            components.append(current)
-            current, reach = [], None
-        current.append(item)
-        reach = high if reach is None else max(reach, high)
-    if current:
-        components.append(current)
-    return components

@@ -33,17 +33,8 @@ def group_by_batch_sharing(files: list[InputFile], max_group_bytes: int = MAX_GR
     with ThreadPoolExecutor(max_workers=threads) as pool:
         ranges = list(pool.map(_step_range, files))
     groups = [[f] for f, r in zip(files, ranges, strict=True) if r is None]
-    stepped = sorted(((r, f) for r, f in zip(ranges, files, strict=True) if r is not None), key=lambda rf: rf[0])
-    component: list[InputFile] = []
-    reach = None
-    for (low, high), f in stepped:
-        if reach is not None and low > reach:
-            groups.append(component)
-            component, reach = [], None
-        component.append(f)
-        reach = high if reach is None else max(reach, high)
-    if component:
-        groups.append(component)
+    stepped = [(f, r) for f, r in zip(files, ranges, strict=True) if r is not None]
+    groups += [[f for f, _ in component] for component in overlapping_components(stepped)]
     one_pass = [sorted(g, key=lambda f: f.path) for g in groups if sum(f.size for f in g) <= max_group_bytes
                 or len(g) == 1]
     shuffled = [f for g in groups if len(g) > 1 and sum(f.size for f in g) > max_group_bytes for f in g]
@@ -73,3 +64,18 @@ def _step_range(f: InputFile):
             return min(values), max(values)
     except Exception:  # noqa: BLE001 - unreadable: the one-pass path reports it
         return None
+
+
+def overlapping_components(items):
+    """Groups of (item, (low, high)) whose step ranges overlap transitively, lowest range first."""
+    components, current, reach = [], [], None
+    for item in sorted(items, key=lambda item: item[1]):
+        low, high = item[1]
+        if reach is not None and low > reach:
+            components.append(current)
+            current, reach = [], None
+        current.append(item)
+        reach = high if reach is None else max(reach, high)
+    if current:
+        components.append(current)
+    return components
