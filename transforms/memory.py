@@ -19,7 +19,15 @@ def use_system_allocator() -> None:
     pa.set_memory_pool(pa.system_memory_pool())
 
 
-def release_free_memory() -> None:
+# A trim costs milliseconds and makes the next allocations fault their pages in again: measured on
+# M (100 files of ~2 MB decoded) trimming after every file cost 2-3 s of 14, for ~25 MB less peak.
+TRIM_ABOVE_BYTES = 16 << 20
+
+
+def release_free_memory(table_bytes: int) -> None:
+    """After reading or writing a table of table_bytes: give the freed scratch memory back if it was big."""
+    if table_bytes < TRIM_ABOVE_BYTES:
+        return
     trim = _malloc_trim()
     if trim is not None:
         trim(0)

@@ -56,7 +56,7 @@ class RelabelFileGroupFn(beam.DoFn):
             except BadFile as bad:  # unreadable, or its batches cannot be decided
                 yield from dead_file_outputs(source, bad.reason, bad.message, self._fail_fast)
                 continue
-            memory.release_free_memory()  # Parquet decoding's scratch buffers
+            memory.release_free_memory(table.nbytes)  # Parquet decoding's scratch buffers
             counter("rows_in").inc(table.num_rows)
             record = dict(record, rows_in=table.num_rows, reason=None)
             yield pvalue.TaggedOutput(FILES, (source, record))
@@ -88,8 +88,9 @@ class RelabelFileGroupFn(beam.DoFn):
                 file_output.concat(dead.get(source, []), schemas.DEAD_LETTERS),
                 file_output.concat(filtered.get(source, []), schemas.DEAD_LETTERS),
                 self._output_dir, lineage, complete)
+            written_bytes = table.nbytes if table is not None else 0
             del table, full_table
-            memory.release_free_memory()
+            memory.release_free_memory(written_bytes)
             yield from emit_outcome(outcome)
 
 
