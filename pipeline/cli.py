@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 
 EXIT_OK, EXIT_INTERNAL, EXIT_USAGE, EXIT_DEAD = 0, 1, 2, 3

@@ -5,7 +5,6 @@ report.md and the plots (transforms/comparison_report.py).
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 
 import apache_beam as beam
@@ -17,6 +16,7 @@ from pipeline.options import UsageError, compare_settings_from_options, pipeline
 from pipeline.plan import group_by_batch_sharing
 from pipeline.run_config import expand_config
 from pipeline.settings import CompareSettings
+from transforms import sinks
 from transforms.compare_labelings import BATCHES, FILES, GROUPS, POINTS, CompareLabelings
 from transforms.comparison_report import PLOTS, REPORT_JSON, REPORT_MD, side_text, totals_rows
 from transforms.write_comparison_report import WriteComparisonReport
@@ -79,24 +79,17 @@ def compare(argv: list[str], test_pipeline: beam.Pipeline | None = None) -> Comp
     if not FileSystems.exists(report_dir):
         FileSystems.mkdirs(report_dir)
     progress_dir = FileSystems.join(report_dir, PROGRESS_DIR)
-    _remove([progress_dir, FileSystems.join(report_dir, REPORT_JSON)])
+    sinks.delete_existing([progress_dir, FileSystems.join(report_dir, REPORT_JSON)])
     pipeline = test_pipeline if test_pipeline is not None else beam.Pipeline(options=options)
     build(pipeline, settings, files, progress_dir)
     with progress.showing(progress.committed_records(progress_dir), len(files), "relabel compare",
                           settings.progress):
         pipeline.run().wait_until_finish()
-    _remove([progress_dir])
-    path = FileSystems.join(report_dir, REPORT_JSON)
-    if not FileSystems.exists(path):
+    sinks.delete_existing([progress_dir])
+    report = sinks.read_json(FileSystems.join(report_dir, REPORT_JSON))
+    if report is None:
         return CompareOutcome(1, report_dir, None)
-    with FileSystems.open(path) as handle:
-        report = json.loads(handle.read())
     totals = report["totals"]
     dead = totals["dead_a"] + totals["dead_b"] + totals["files_unreadable"]
     return CompareOutcome(3 if dead else 0, report_dir, report)
 
-
-def _remove(paths):
-    existing = [p for p in paths if FileSystems.exists(p)]
-    if existing:
-        FileSystems.delete(existing)

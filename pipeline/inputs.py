@@ -5,9 +5,9 @@ import os
 import re
 from dataclasses import dataclass
 
-from apache_beam.io.filesystems import FileSystems
 
 from pipeline.options import UsageError
+from transforms import sinks
 from transforms.formats import PARQUET_SUFFIXES, PT_SUFFIXES
 
 GLOB_CHARS = re.compile(r"[*?\[]")
@@ -29,7 +29,7 @@ def expand_inputs(inputs, output_dir: str) -> list[InputFile]:
     found: dict[str, tuple[str, object]] = {}
     for spec in inputs:
         root, pattern = _root_and_pattern(spec)
-        matched = _match(pattern)
+        matched = sinks.match_paths(pattern)
         if not matched and not GLOB_CHARS.search(spec):
             raise UsageError(f"--input {spec}: no such file or directory")
         for meta in matched:
@@ -62,17 +62,10 @@ def _root_and_pattern(spec: str):
         root = prefix if prefix.endswith("/") else prefix.rsplit("/", 1)[0] + "/"
         return root, spec
     tree = spec.rstrip("/") + "/"
-    if spec.endswith("/") or _match(tree + "**"):
+    if spec.endswith("/") or sinks.match_paths(tree + "**"):
         # object stores have no directories: a path is one when something lies under it
         return tree, tree + "**"
     return spec.rsplit("/", 1)[0] + "/" if "/" in spec else "", spec
-
-
-def _match(pattern: str):
-    try:
-        return [m for result in FileSystems.match([pattern]) for m in result.metadata_list]
-    except Exception:  # noqa: BLE001 - Beam raises when nothing matches
-        return []
 
 
 def _is_rollout_file(path: str) -> bool:

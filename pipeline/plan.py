@@ -31,7 +31,7 @@ def group_by_batch_sharing(files: list[InputFile], max_group_bytes: int = MAX_GR
     columns in one place.
     """
     with ThreadPoolExecutor(max_workers=threads) as pool:
-        ranges = list(pool.map(_step_range, files))
+        ranges = list(pool.map(step_range, files))
     groups = [[f] for f, r in zip(files, ranges, strict=True) if r is None]
     stepped = [(f, r) for f, r in zip(files, ranges, strict=True) if r is not None]
     groups += [[f for f, _ in component] for component in overlapping_components(stepped)]
@@ -41,7 +41,7 @@ def group_by_batch_sharing(files: list[InputFile], max_group_bytes: int = MAX_GR
     return sorted(one_pass, key=lambda g: g[0].path), sorted(shuffled, key=lambda f: f.path)
 
 
-def _step_range(f: InputFile):
+def step_range(f: InputFile):
     """(min, max) of the file's `step` values; None when it has no `step` (or cannot be read)."""
     try:
         if file_format(f.path) != "parquet":

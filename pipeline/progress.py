@@ -7,7 +7,6 @@ stderr, by default only when stderr is a terminal; a final line is always printe
 """
 from __future__ import annotations
 
-import json
 import sys
 import threading
 import time
@@ -17,6 +16,8 @@ from typing import Callable
 import pyarrow.parquet as pq
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
+
+from transforms import sinks
 
 INTERVAL_S = 1.0
 
@@ -67,13 +68,6 @@ def showing(poll: Callable[[], tuple[int, int]], total_files: int, what: str, re
         show(final=True)
 
 
-def _matches(pattern: str) -> list:
-    try:
-        return [m for result in FileSystems.match([pattern]) for m in result.metadata_list]
-    except Exception:  # noqa: BLE001 - nothing there yet
-        return []
-
-
 def part_files(output_dir: str, names) -> Callable[[], tuple[int, int]]:
     """Poller for `relabel run`: complete part files among `names` and their rows (footers read once)."""
     wanted = set(names)
@@ -81,7 +75,7 @@ def part_files(output_dir: str, names) -> Callable[[], tuple[int, int]]:
 
     def poll():
         done = rows = 0
-        for meta in _matches(FileSystems.join(output_dir, "part-*.parquet")):
+        for meta in sinks.match_paths(FileSystems.join(output_dir, "part-*.parquet")):
             name = meta.path.replace("\\", "/").rsplit("/", 1)[-1]
             if name not in wanted:
                 continue
@@ -100,10 +94,9 @@ def committed_records(progress_dir: str) -> Callable[[], tuple[int, int]]:
     seen: dict[str, tuple[int, int]] = {}
 
     def poll():
-        for meta in _matches(FileSystems.join(progress_dir, "*.json")):
+        for meta in sinks.match_paths(FileSystems.join(progress_dir, "*.json")):
             if meta.path not in seen:
-                with FileSystems.open(meta.path, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
-                    record = json.loads(handle.read())
+                record = sinks.read_json(meta.path)
                 seen[meta.path] = (record["files"], record["rows"])
         return sum(f for f, _ in seen.values()), sum(r for _, r in seen.values())
     return poll

@@ -1,7 +1,6 @@
 """run(argv): options -> inputs -> output directory checks -> pipeline -> manifest -> outcome."""
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 
 import apache_beam as beam
@@ -14,7 +13,7 @@ from pipeline.inputs import expand_inputs
 from pipeline.options import UsageError, pipeline_options, settings_from_options
 from pipeline.run_config import expand_config
 from pipeline.runner_checks import RunnerCheck, check_runner
-from transforms.sinks import TEMP_PREFIX
+from transforms import sinks
 
 
 @dataclass
@@ -124,11 +123,7 @@ def _check_partial_output(output, files, settings):
 
 
 def read_manifest(output: str) -> dict | None:
-    path = FileSystems.join(output, manifest_lib.MANIFEST_NAME)
-    if not FileSystems.exists(path):
-        return None
-    with FileSystems.open(path) as handle:
-        return json.loads(handle.read())
+    return sinks.read_json(FileSystems.join(output, manifest_lib.MANIFEST_NAME))
 
 
 def remove_run_outputs(output: str, part_names) -> None:
@@ -136,13 +131,8 @@ def remove_run_outputs(output: str, part_names) -> None:
     files and the named part files. Part files not named stay: a resumed run skips the complete ones."""
     names = [manifest_lib.MANIFEST_NAME, DEAD_LETTERS_NAME, FILTERED_NAME] + [n for n in part_names if n]
     paths = [FileSystems.join(output, n) for n in names]
-    try:
-        paths += [m.path for m in FileSystems.match([FileSystems.join(output, TEMP_PREFIX + "*")])[0].metadata_list]
-    except Exception:  # noqa: BLE001 - nothing matched
-        pass
-    existing = [p for p in paths if FileSystems.exists(p)]
-    if existing:
-        FileSystems.delete(existing)
+    paths += [m.path for m in sinks.match_paths(FileSystems.join(output, sinks.TEMP_PREFIX + "*"))]
+    sinks.delete_existing(paths)
 
 
 def plan(options, settings, files, runner_check: RunnerCheck) -> str:

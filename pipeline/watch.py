@@ -43,8 +43,7 @@ def run_watch(argv: list[str], test_pipeline: beam.Pipeline | None = None) -> Ru
     notes = []
     with StopOnSignal(output) as stop:
         pipeline.run().wait_until_finish()
-    if FileSystems.exists(watch_records.stop_path(output)):
-        FileSystems.delete([watch_records.stop_path(output)])
+    sinks.delete_existing([watch_records.stop_path(output)])
     if stop.requested:
         notes.append("stopped: interrupted; files not finished are relabelled by the next watch")
     manifest = watch_records.write_watch_manifest(output, lineage, settings.fingerprint(), "stopped",
@@ -72,11 +71,8 @@ def _prepare_output(output: str, settings) -> None:
         remove_run_outputs(output, [i.get("output") for i in previous["inputs"]])
         stale = [FileSystems.join(output, d) for d in (watch_records.RECORDS_DIR, watch_records.DEAD_LETTERS_DIR,
                                                        watch_records.FILTERED_DIR)]
-        existing = [d for d in stale if FileSystems.exists(d)]
-        if existing:
-            FileSystems.delete(existing)
-    if FileSystems.exists(watch_records.stop_path(output)):
-        FileSystems.delete([watch_records.stop_path(output)])
+        sinks.delete_existing(stale)
+    sinks.delete_existing([watch_records.stop_path(output)])
     if not FileSystems.exists(output):
         FileSystems.mkdirs(output)
 

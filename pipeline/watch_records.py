@@ -45,10 +45,7 @@ def write_record(output_dir: str, record: dict) -> None:
 def read_record(output_dir: str, output: str) -> dict | None:
     path = FileSystems.join(records_dir(output_dir), record_name(output))
     try:
-        if not FileSystems.exists(path):
-            return None
-        with FileSystems.open(path) as handle:
-            return json.loads(handle.read())
+        return sinks.read_json(path)
     except Exception:  # noqa: BLE001 - a damaged record means: not done
         return None
 
@@ -60,17 +57,12 @@ def is_done(record: dict | None, fingerprint: str, item: dict) -> bool:
 
 
 def read_records(output_dir: str) -> list[dict]:
-    try:
-        matched = FileSystems.match([FileSystems.join(records_dir(output_dir), "*.json")])[0].metadata_list
-    except Exception:  # noqa: BLE001 - nothing there yet
-        return []
+    matched = sinks.match_paths(FileSystems.join(records_dir(output_dir), "*.json"))
     records = []
     for meta in sorted(matched, key=lambda m: m.path):
         name = meta.path.replace("\\", "/").rsplit("/", 1)[-1]
-        if name.startswith(sinks.TEMP_PREFIX):
-            continue
-        with FileSystems.open(meta.path) as handle:
-            records.append(json.loads(handle.read()))
+        if not name.startswith(sinks.TEMP_PREFIX):
+            records.append(sinks.read_json(meta.path))
     return records
 
 

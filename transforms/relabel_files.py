@@ -88,7 +88,7 @@ class RelabelFileGroupFn(beam.DoFn):
                 file_output.concat(dead.get(source, []), schemas.DEAD_LETTERS),
                 file_output.concat(filtered.get(source, []), schemas.DEAD_LETTERS),
                 self._output_dir, lineage, complete)
-            written_bytes = table.nbytes if table is not None else 0
+            written_bytes = table.nbytes
             del table, full_table
             memory.release_free_memory(written_bytes)
             yield from emit_outcome(outcome)

@@ -13,9 +13,9 @@ from __future__ import annotations
 import json
 
 import apache_beam as beam
+import pyarrow as pa
 from apache_beam import pvalue
 
-import schemas
 from pipeline import watch_records
 from transforms import rows
 from transforms.core.config import CoreConfig
@@ -59,7 +59,7 @@ class RelabelLandedFn(beam.DoFn):
             counter("files_left_for_restart").inc(len(files))
             return
         if release["late"]:
-            by_tag = {"stats": [], FILES: [], DEAD: [], FILTERED: [], COUNTERS: []}
+            by_tag = split_outputs(())
             for f in files:
                 message = (f"{f['path']}: its steps were already relabelled from other files (a later step had "
                            "landed); its rows were not in their statistics. Relabel the run with `relabel run`")
@@ -67,35 +67,36 @@ class RelabelLandedFn(beam.DoFn):
                 by_tag[FILES].append((f["path"], {"output": None, "rows_in": 0, "reason": LATE_REASON}))
         else:
             by_tag = split_outputs(self._group_fn.process(files))
+        dead, filtered = by_source(by_tag[DEAD]), by_source(by_tag[FILTERED])
         for position, f in enumerate(files):
-            record = self._record(f, files, by_tag, first=position == 0)
+            record = self._record(f, files, by_tag, dead.get(f["path"]), filtered.get(f["path"]),
+                                  first=position == 0)
             watch_records.write_record(self._output_dir, record)
             counter("files_done").inc()
             yield {"path": f["path"], "output": f["output"], "rows_out": sum(
                 s["rows_out"] for s in record["stats"] if s["kind"] == "file")}
         watch_records.write_watch_manifest(self._output_dir, self._lineage, self._fingerprint, "running")
 
-    def _record(self, item: dict, group: list[dict], by_tag: dict, first: bool) -> dict:
+    def _record(self, item: dict, group: list[dict], by_tag: dict, dead, filtered, first: bool) -> dict:
         from pipeline.inputs import InputFile
-        from pipeline.plan import _step_range
+        from pipeline.plan import step_range
 
         source = item["path"]
         stats = [dict(r, kind="read", source=s) for s, r in by_tag[FILES] if s == source]
         stats += [s for s in by_tag["stats"] if s["source"] == source]
         if first:  # a batch may span the group's files: its counters go with the first one
             stats += [dict(c, kind="batch") for c in by_tag[COUNTERS]]
-        dead = self._write_records(item, by_tag[DEAD], watch_records.DEAD_LETTERS_DIR, "dead")
-        filtered = self._write_records(item, by_tag[FILTERED], watch_records.FILTERED_DIR, "filtered")
-        steps = _step_range(InputFile(source, item["output"], item["size"], item["mtime"]))
+        dead = self._write_records(item, dead, watch_records.DEAD_LETTERS_DIR, "dead")
+        filtered = self._write_records(item, filtered, watch_records.FILTERED_DIR, "filtered")
+        steps = step_range(InputFile(source, item["output"], item["size"], item["mtime"]))
         return {"input": item, "fingerprint": self._fingerprint, "steps": list(steps) if steps else None,
                 "group": [f["output"] for f in group], "stats": stats, "dead": dead, "filtered": filtered}
 
-    def _write_records(self, item, tables, directory, kind) -> dict:
-        """This input's records, sorted as `relabel run` sorts them, in directory/<part name>."""
+    def _write_records(self, item, mine, directory, kind) -> dict:
+        """This input's records (a table, or None), sorted as `relabel run` sorts them, in directory/<part name>."""
         from apache_beam.io.filesystems import FileSystems
 
-        mine = [t.filter(rows_of(t, item["path"])) for t in tables]
-        table = ConcatTablesFn().extract_output([t for t in mine if t.num_rows] or [schemas.DEAD_LETTERS.empty_table()])
+        table = ConcatTablesFn().extract_output([mine] if mine is not None else [])
         target = FileSystems.join(self._output_dir, directory)
         summary = next(iter(WriteRecordsFn(target, item["output"], kind, self._lineage).process(table)))
         stale = FileSystems.join(target, item["output"])
@@ -104,9 +105,10 @@ class RelabelLandedFn(beam.DoFn):
         return summary
 
 
-def rows_of(table, source):
-    import pyarrow.compute as pc
-    return pc.equal(table.column("source"), source)
+def by_source(tables: list) -> dict:
+    """source -> that input's records, from the group's record tables."""
+    tables = [t for t in tables if t.num_rows]
+    return rows.split_by_source(pa.concat_tables(tables)) if tables else {}
 
 
 class RelabelLandedFiles(beam.PTransform):

@@ -53,6 +53,29 @@ def _write_atomically(directory: str, name: str, write) -> None:
     crash_point("after-rename", name)
 
 
+def read_json(path: str) -> dict | None:
+    """A JSON file's content, or None when it does not exist."""
+    if not FileSystems.exists(path):
+        return None
+    with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
+        return json.loads(handle.read())
+
+
+def match_paths(pattern: str) -> list:
+    """FileMetadata of the files matching pattern; none when nothing matches (Beam raises then)."""
+    try:
+        return [m for result in FileSystems.match([pattern]) for m in result.metadata_list]
+    except Exception:  # noqa: BLE001
+        return []
+
+
+def delete_existing(paths) -> None:
+    """Delete those of paths (files, or folders with what they hold) that exist."""
+    existing = [p for p in paths if FileSystems.exists(p)]
+    if existing:
+        FileSystems.delete(existing)
+
+
 def read_lineage(directory: str, name: str) -> dict | None:
     """The lineage record of an existing output file, or None when absent or unreadable."""
     path = join(directory, name)

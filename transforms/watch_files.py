@@ -122,10 +122,10 @@ class PollLandedFiles(PollFn):
 
     def _step_range(self, seen: Seen):
         from pipeline.inputs import InputFile
-        from pipeline.plan import _step_range
+        from pipeline.plan import step_range
 
         if seen.identity not in self._step_ranges:
-            self._step_ranges[seen.identity] = _step_range(InputFile(seen.path, seen.output, seen.size, seen.mtime))
+            self._step_ranges[seen.identity] = step_range(InputFile(seen.path, seen.output, seen.size, seen.mtime))
         return self._step_ranges[seen.identity]
 
 

@@ -1,5 +1,4 @@
 """The real CLI on generated .pt dumps and Parquet, checked row by row against tests/reference.py."""
-import glob
 import json
 import os
 

@@ -33,7 +33,7 @@ def mem_inputs(tmp_path):
 
 def test_run_reads_and_writes_only_through_filesystems(mem_inputs, tmp_path):
     run_cli("run", "--input", mem_inputs, "--output", tmp_path / "local")
-    result = run_cli("run", "--input", "mem://bucket/in", "--output", "mem://bucket/out")
+    run_cli("run", "--input", "mem://bucket/in", "--output", "mem://bucket/out")
     
     written = memfs.keys("mem://bucket/out/")
     local_names = sorted(p.name for p in (tmp_path / "local").iterdir())
@@ -70,5 +70,5 @@ def test_interrupted_remote_output_resumes(mem_inputs):
     parts = [k for k in complete if "/part-" in k]
     memfs.MemoryFileSystem(None).delete(["mem://bucket/out/_manifest.json", parts[0]])
     memfs.put("mem://bucket/out/.tmp-half-written", b"PAR1")
-    resumed = run_cli("run", "--input", "mem://bucket/in", "--output", "mem://bucket/out")
+    run_cli("run", "--input", "mem://bucket/in", "--output", "mem://bucket/out")
     assert {k: memfs.get(k) for k in memfs.keys("mem://bucket/out/")} == complete

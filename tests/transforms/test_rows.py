@@ -1,7 +1,5 @@
 """Arrow adapters: slim extraction (validation, trainable tokens), batch relabel, training rows."""
-import math
 
-import numpy as np
 import pyarrow as pa
 import pytest
 
