@@ -173,8 +173,9 @@ def runner_options(options) -> list[str]:
 def describe_hints(hints: dict) -> str:
     from apache_beam.transforms.resources import ResourceHint
 
-    names = {cls.urn: name for name, cls in ResourceHint._name_to_known_hints.items()  # noqa: SLF001
-             if "_" in name or name.islower()}
+    names: dict[str, str] = {}
+    for name, cls in ResourceHint._name_to_known_hints.items():  # noqa: SLF001
+        names.setdefault(cls.urn, name)  # the canonical name is registered first, aliases after it
     return " ".join(f"{names.get(urn, urn)}={value.decode()}" for urn, value in sorted(hints.items()))
 
 
