@@ -3,12 +3,13 @@
 The CoreInput is built in-process from a dataset's files with the pipeline's
 own adapter (transforms.rows.extract_slim), every batch at once, as
 relabel_batch builds it for one batch. Only the core call is timed: best of
-`repeat` after one warm-up call, with torch's default intra-op thread count
-(what the pipeline uses) and again with one thread. Prints one JSON line.
+`repeat` after one warm-up call, on numpy (the pipeline's CPU path), then the
+same code on torch's CPU backend (the GPU path) with torch's default
+intra-op thread count and with one thread. Prints one JSON line.
 
     python -m bench.core_micro DATASET_DIR [--repeat 5] [--device cuda]
 
-On a GPU the input is moved to the device once (as the pipeline's DoFn does per batch, outside
+On a GPU (torch) the input is moved to the device once (as the pipeline's DoFn does per batch, outside
 this timing) and each timed call ends with torch.cuda.synchronize(); threads do not apply.
 """
 from __future__ import annotations
@@ -20,9 +21,9 @@ import time
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
-import torch
 
 from bench.datasets import input_files
+from transforms.core.arrays import TORCH_CPU
 from transforms.core.config import CoreConfig
 from transforms.core.relabel import relabel
 from transforms.core.types import CoreInput
@@ -57,30 +58,34 @@ def main() -> None:
     inp = build_core_input(args.directory)
     build_s = time.perf_counter() - t0
     config = CoreConfig()  # rollout-mainstream, grpo, std on
+    runs = {"numpy": _best_of(inp, config, args.repeat)}
+    import torch
+    on_torch = inp.to(TORCH_CPU)
     default_threads = torch.get_num_threads()
-    runs = {}
-    # torch's default intra-op threads (what the pipeline runs with), then one thread
     for threads in dict.fromkeys([default_threads, 1]):
         torch.set_num_threads(threads)
-        relabel(inp, config)  # warm-up
-        times = []
-        for _ in range(args.repeat):
-            t = time.perf_counter()
-            out = relabel(inp, config)
-            times.append(time.perf_counter() - t)
-        runs[threads] = times
-    times = runs[default_threads]
-    best = min(times)
+        runs[f"torch cpu, {threads} thread(s)"] = _best_of(on_torch, config, args.repeat)
+    best = runs["numpy"]
     print(json.dumps({
-        "rows": inp.num_rows, "batches": inp.num_batches, "build_s": build_s, "times_s": times,
-        "best_s": best, "rows_per_s": inp.num_rows / best, "torch_threads": default_threads,
-        "by_threads": {str(k): {"times_s": v, "best_s": min(v), "rows_per_s": inp.num_rows / min(v)}
-                       for k, v in runs.items()},
-        "torch": torch.__version__, "live_rows": int((out.problem == 0).sum()),
+        "rows": inp.num_rows, "batches": inp.num_batches, "build_s": build_s, "times_s": best["times_s"],
+        "best_s": best["best_s"], "rows_per_s": best["rows_per_s"], "by_backend": runs,
+        "numpy": np.__version__, "torch": torch.__version__, "live_rows": best["live_rows"],
     }))
 
 
+def _best_of(inp, config, repeat) -> dict:
+    relabel(inp, config)  # warm-up
+    times = []
+    for _ in range(repeat):
+        t = time.perf_counter()
+        out = relabel(inp, config)
+        times.append(time.perf_counter() - t)
+    return {"times_s": times, "best_s": min(times), "rows_per_s": inp.num_rows / min(times),
+            "live_rows": int((out.problem == 0).sum())}
+
+
 def device_main(args) -> None:
+    import torch
     inp = build_core_input(args.directory)
     on_device = inp.to(args.device)
     config = CoreConfig()

@@ -172,8 +172,8 @@ def core_micro(input_dir: str) -> dict:
     if proc.returncode != 0:
         raise RunFailed(f"core micro-benchmark failed ({proc.returncode}); log {path}:\n{proc.stderr[-3000:]}")
     result = json.loads(proc.stdout.strip().splitlines()[-1])
-    log("[core] " + "; ".join(f"{t} thread(s): best {r['best_s']:.3f}s = {r['rows_per_s'] / 1e6:.2f} M rows/s"
-                             for t, r in result["by_threads"].items()))
+    log("[core] " + "; ".join(f"{name}: best {r['best_s']:.3f}s = {r['rows_per_s'] / 1e6:.2f} M rows/s"
+                             for name, r in result["by_backend"].items()))
     return result
 
 
@@ -309,13 +309,13 @@ def report(args, env, results, load_before, load_after, started, elapsed) -> str
         md.append("## Numeric core")
         md.append("")
         md.append(f"transforms.core.relabel.relabel on one CoreInput of {c['rows']:,} rows ({c['batches']} batches, "
-                  f"dataset M, built in-process with transforms.rows.extract_slim), torch {c['torch']} on CPU; "
+                  f"dataset M, built in-process with transforms.rows.extract_slim), numpy {c['numpy']} (the "
+                  f"pipeline's CPU path) and torch {c['torch']} on CPU (the GPU path's code); "
                   f"only the core call timed, best of {len(c['times_s'])} after a warm-up call:")
         md.append("")
-        rows = [[f"{t}" + (" (torch default)" if int(t) == c["torch_threads"] else ""), f"{r['best_s']:.3f}",
-                 f"{r['rows_per_s']:,.0f}", ", ".join(f"{x:.3f}" for x in r["times_s"])]
-                for t, r in c["by_threads"].items()]
-        md.append(md_table(["torch threads", "best s", "rows/s", "all runs s"], rows))
+        rows = [[name, f"{r['best_s']:.3f}", f"{r['rows_per_s']:,.0f}", ", ".join(f"{x:.3f}" for x in r["times_s"])]
+                for name, r in c["by_backend"].items()]
+        md.append(md_table(["backend", "best s", "rows/s", "all runs s"], rows))
         md.append("")
     md.append(f"Total benchmark wall time {elapsed / 60:.1f} min.")
     return "\n".join(md) + "\n"
@@ -396,8 +396,8 @@ def main(argv=None) -> int:
     if results.get("core"):
         c = results["core"]
         log(f"numeric core ({c['rows']:,} rows, best of {len(c['times_s'])}): "
-            + "; ".join(f"{t} torch thread(s) {r['best_s']:.3f}s = {r['rows_per_s'] / 1e6:.2f} M rows/s"
-                        for t, r in c["by_threads"].items()))
+            + "; ".join(f"{name} {r['best_s']:.3f}s = {r['rows_per_s'] / 1e6:.2f} M rows/s"
+                        for name, r in c["by_backend"].items()))
     log(f"\nreport written to {', '.join(targets)} (raw numbers: {os.path.join(OUT_DIR, 'results.json')}); "
         f"total {elapsed / 60:.1f} min")
     return 0

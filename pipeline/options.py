@@ -43,7 +43,7 @@ class RelabelOptions(PipelineOptions):
         group.add_argument("--n-samples-per-prompt", type=int, default=None)
         group.add_argument("--rollout-batch-size", type=int, default=None)
         group.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
-                           help="torch device of the numeric core, chosen on each worker")
+                           help="where the numeric core runs: cpu (numpy) or cuda (torch); auto picks cuda on workers that have one")
         group.add_argument("--core-resource-hint", dest="core_resource_hints", action="append", default=None,
                            metavar="KEY=VALUE",
                            help="Beam resource hint for the stage running the numeric core, e.g. "

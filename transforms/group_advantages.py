@@ -1,6 +1,8 @@
 """GroupAdvantages: one batch's slim rows through the numeric core (mainstream, group stats, advantages)."""
 from __future__ import annotations
 
+import glob
+
 import apache_beam as beam
 from apache_beam import pvalue
 
@@ -16,17 +18,24 @@ COUNTERS = "counters"
 
 
 def resolve_device(requested: str) -> str:
-    """The torch device for this worker (called in DoFn.setup)."""
-    import torch
+    """The core's device for this worker (called in DoFn.setup): "cpu" (numpy) or a torch device.
+
+    "auto" imports torch only where an NVIDIA device node exists: a CPU worker never pays for torch.
+    """
     if requested == "auto":
-        requested = "cuda" if torch.cuda.is_available() else "cpu"
-    if requested == "cuda" and not torch.cuda.is_available():
+        requested = "cuda" if _has_nvidia_device() and _torch_sees_cuda() else "cpu"
+    if requested.startswith("cuda") and not _torch_sees_cuda():
         raise RuntimeError("--device cuda was requested but this worker has no CUDA device")
-    if requested == "cpu":
-        # parallelism comes from Beam's workers; torch's intra-op threads only contend with them
-        # (measured: one thread ran the core 4x faster than two on a busy 2-core machine)
-        torch.set_num_threads(1)
     return requested
+
+
+def _has_nvidia_device() -> bool:
+    return bool(glob.glob("/dev/nvidia[0-9]*"))
+
+
+def _torch_sees_cuda() -> bool:
+    import torch
+    return torch.cuda.is_available()
 
 
 def check_fail_fast(result, batch_key, fail_fast):

@@ -241,7 +241,7 @@ def relabel_batch(batch_key: str, parts: list[tuple[str, pa.Table]], prompt_grou
 
     Row order is (source, row): parts sorted by source, each part's rows in file order.
     """
-    from transforms.core.relabel import relabel  # torch on first use: start-up and --dry-run stay fast
+    from transforms.core.relabel import relabel
 
     parts = sorted(parts, key=lambda part: part[0])
     part_sources = [source for source, _ in parts]
@@ -270,19 +270,19 @@ def relabel_batch(batch_key: str, parts: list[tuple[str, pa.Table]], prompt_grou
     inp = core_input_from_slim(slim, np.zeros(n, dtype=np.int64), [prompt_group_sizes], problem)
     out = relabel(inp.to(device), config).to("cpu")
 
-    dead_code = out.problem.numpy()
+    dead_code = out.problem
     live = dead_code == 0
-    uniform = out.uniform.numpy()
+    uniform = out.uniform
     keep = live & ~uniform if drop_uniform_groups else live
-    prompt_group = out.prompt_group.numpy()
+    prompt_group = out.prompt_group
     result = pa.table({
         "row": pa.array(rows),
         "raw_reward": pa.array(np.where(problem == 0, reward, np.nan).astype(np.float32)),
-        "advantage": pa.array(out.advantage.numpy()),
-        "mainstream": pa.array(out.mainstream.numpy()),
+        "advantage": pa.array(out.advantage),
+        "mainstream": pa.array(out.mainstream),
         "rollout_key": rollout_key,
         "prompt_group": pa.array(prompt_group),
-        "rollout_mask_sum": pa.array(out.rollout_mask_sum.numpy()),
+        "rollout_mask_sum": pa.array(out.rollout_mask_sum),
         "uniform": pa.array(uniform),
     }, schema=schemas.RESULT)
     everything_kept = bool(keep.all())
@@ -311,29 +311,23 @@ def relabel_batch(batch_key: str, parts: list[tuple[str, pa.Table]], prompt_grou
 
 
 def core_input_from_slim(slim: pa.Table, batch_ids: np.ndarray, prompt_group_sizes: list, problem: np.ndarray):
-    """The core's flat tensors from slim rows sorted by (batch, row order)."""
-    import torch
-
+    """The core's flat arrays (numpy, on the CPU) from slim rows sorted by (batch, row order)."""
     from transforms.core.types import CoreInput
 
-    def tensor(values, dtype):
-        array = np.ascontiguousarray(values, dtype=dtype)
-        return torch.from_numpy(array if array.flags.writeable else array.copy())
-
     group_index, rollout_key = slim.column("group_index"), slim.column("rollout_key")
-    trainable = tensor(_fill(slim.column("trainable"), 0), np.int64)
+    trainable = np.ascontiguousarray(_fill(slim.column("trainable"), 0), dtype=np.int64)
     return CoreInput(
-        batch=tensor(batch_ids, np.int64),
-        reward=tensor(_fill(slim.column("reward"), 0.0), np.float64),
+        batch=np.ascontiguousarray(batch_ids, dtype=np.int64),
+        reward=np.ascontiguousarray(_fill(slim.column("reward"), 0.0), dtype=np.float64),
         trainable=trainable,
         mask_sum=trainable,
-        group_index=tensor(_fill(group_index, 0), np.int64),
-        has_group_index=tensor(_fill(group_index.is_valid(), False), bool),
-        rollout_key=tensor(_fill(rollout_key, 0), np.int64),
-        has_rollout_key=tensor(_fill(rollout_key.is_valid(), False), bool),
-        row_problem=tensor(problem, np.int64),
+        group_index=np.ascontiguousarray(_fill(group_index, 0), dtype=np.int64),
+        has_group_index=np.ascontiguousarray(_fill(group_index.is_valid(), False), dtype=bool),
+        rollout_key=np.ascontiguousarray(_fill(rollout_key, 0), dtype=np.int64),
+        has_rollout_key=np.ascontiguousarray(_fill(rollout_key.is_valid(), False), dtype=bool),
+        row_problem=np.ascontiguousarray(problem, dtype=np.int64),
         num_batches=len(prompt_group_sizes),
-        prompt_group_sizes=[None if s is None else torch.tensor(s, dtype=torch.long) for s in prompt_group_sizes],
+        prompt_group_sizes=[None if s is None else np.asarray(s, dtype=np.int64) for s in prompt_group_sizes],
     )
 
 

@@ -1,14 +1,14 @@
-"""The numeric core: every semantics as one batched pass of torch segment ops.
+"""The numeric core: every semantics as one batched pass of segment ops.
 
-Pure functions over flat tensors (see types.py); no Beam, no Python loop over
-rows or groups, the same code on any torch device. Each step maps rows to
-dense segment ids (batch -> prompt group -> rollout/unit) and reduces with
-scatter ops, so any number of batches is handled in one call.
+Pure functions over flat 1-D arrays (see types.py): numpy on CPU, torch on a
+GPU, the same code through `arrays.Arrays` (xp below). No Beam, no Python
+loop over rows or groups. Each step maps rows to dense segment ids
+(batch -> prompt group -> rollout/unit) and reduces with scatter ops, so any
+number of batches is handled in one call.
 """
 from __future__ import annotations
 
-import torch
-
+from .arrays import arrays_for
 from .config import STD_EPS, CoreConfig, RLOO
 from .reasons import CODE
 from .types import CoreInput, CoreOutput
@@ -18,84 +18,88 @@ WHOLE_BATCH, SLICES, GROUP_INDEX, EXPLICIT_SIZES = 0, 1, 2, 3
 
 
 def relabel(inp: CoreInput, config: CoreConfig) -> CoreOutput:
-    device = inp.batch.device
+    xp = arrays_for(inp.batch)
+    with xp.non_finite_allowed():
+        return _relabel(xp, inp, config)
+
+
+def _relabel(xp, inp: CoreInput, config: CoreConfig) -> CoreOutput:
     n_rows = inp.num_rows
     if n_rows == 0:
-        return _empty_output(inp.num_batches, device)
-    row = torch.arange(n_rows, device=device)
+        return _empty_output(xp, inp.num_batches)
+    row = xp.arange(n_rows)
 
-    rule, batch_problem, sizes_boundaries = _choose_grouping(inp, config)
-    group, n_groups, group_first_row = _assign_groups(inp, row, rule, sizes_boundaries, config)
-    group_batch = _take(inp.batch, group_first_row)
-    prompt_group = _ordinal_within_batch(group, group_batch, inp.num_batches)
+    rule, batch_problem, sizes_boundaries = _choose_grouping(xp, inp, config)
+    group, n_groups, group_first_row = _assign_groups(xp, inp, row, rule, sizes_boundaries, config)
+    group_batch = xp.take(inp.batch, group_first_row)
+    prompt_group = _ordinal_within_batch(xp, group, group_batch, inp.num_batches)
 
-    rollout, n_rollouts = _rollout_ids(group, n_groups, inp.rollout_key, inp.has_rollout_key)
+    rollout, n_rollouts = _rollout_ids(xp, group, n_groups, inp.rollout_key, inp.has_rollout_key)
     if config.row_units:
         unit, n_units = row, n_rows
         chosen = row
     else:
         unit, n_units = rollout, n_rollouts
-        chosen = _mainstream_rows(inp.trainable, unit, n_units, row, config.policy)
-    mainstream = torch.zeros(n_rows, dtype=torch.bool, device=device)
-    mainstream.index_fill_(0, chosen, True)
-    unit_reward = _take(inp.reward, chosen)
-    unit_group = _take(group, chosen)
+        chosen = _mainstream_rows(xp, inp.trainable, unit, n_units, row, config.policy)
+    mainstream = xp.zeros(n_rows, "bool")
+    mainstream[chosen] = True
+    unit_reward = xp.take(inp.reward, chosen)
+    unit_group = xp.take(group, chosen)
 
-    group_problem = _group_problems(inp, row, group, n_groups, group_batch, batch_problem)
+    group_problem = _group_problems(xp, inp, row, group, n_groups, group_batch, batch_problem)
     if config.require_shared_rewards:
-        mismatch = _segment(unit, n_units, inp.reward, "amin") != _segment(unit, n_units, inp.reward, "amax")
-        group_mismatch = _segment(unit_group, n_groups, mismatch.long(), "amax").bool()
-        group_problem = torch.where((group_problem == 0) & group_mismatch,
-                                    CODE["sibling-reward-mismatch"], group_problem)
+        mismatch = xp.segment(unit, n_units, inp.reward, "amin") != xp.segment(unit, n_units, inp.reward, "amax")
+        group_mismatch = xp.segment(unit_group, n_groups, xp.astype(mismatch, "int64"), "amax") > 0
+        group_problem = xp.where((group_problem == 0) & group_mismatch,
+                                 CODE["sibling-reward-mismatch"], group_problem)
 
-    units_in_group = torch.bincount(unit_group, minlength=n_groups)
+    units_in_group = xp.count(unit_group, n_groups)
     uniform_group = (units_in_group >= 2) & (
-        _segment(unit_group, n_groups, unit_reward, "amin") == _segment(unit_group, n_groups, unit_reward, "amax"))
+        xp.segment(unit_group, n_groups, unit_reward, "amin") == xp.segment(unit_group, n_groups, unit_reward, "amax"))
 
     if config.normalizes:
-        unit_advantage = _unit_advantages(unit_reward, unit_group, n_groups, units_in_group, uniform_group, config)
-        advantage = _take(unit_advantage, unit).to(torch.float32)
+        unit_advantage = _unit_advantages(xp, unit_reward, unit_group, n_groups, units_in_group, uniform_group,
+                                          config)
+        advantage = xp.astype(xp.take(unit_advantage, unit), "float32")
     else:  # pass-through estimators: the row's own reward
-        advantage = inp.reward.to(torch.float32)
+        advantage = xp.astype(inp.reward, "float32")
 
-    non_finite = _segment(group, n_groups, (~torch.isfinite(advantage)).long(), "amax").bool()
-    group_problem = torch.where((group_problem == 0) & non_finite, CODE["non-finite-advantage"], group_problem)
+    non_finite = xp.segment(group, n_groups, xp.astype(~xp.isfinite(advantage), "int64"), "amax") > 0
+    group_problem = xp.where((group_problem == 0) & non_finite, CODE["non-finite-advantage"], group_problem)
 
     live_group = group_problem == 0
-    problem = _take(group_problem, group)
+    problem = xp.take(group_problem, group)
     live_row = problem == 0
-    advantage = torch.where(live_row, advantage, torch.zeros_like(advantage))
-    rollout_mask_sum = _take(_segment(rollout, n_rollouts, inp.mask_sum, "sum"), rollout)
+    advantage = xp.where(live_row, advantage, xp.zeros(n_rows, "float32"))
+    rollout_mask_sum = xp.take(xp.segment(rollout, n_rollouts, inp.mask_sum, "sum"), rollout)
 
-    unit_live = _take(live_group, unit_group)
-    unit_batch = _take(group_batch, unit_group)
+    unit_live = xp.take(live_group, unit_group)
+    unit_batch = xp.take(group_batch, unit_group)
     return CoreOutput(
         advantage=advantage,
         mainstream=mainstream,
         prompt_group=prompt_group,
         rollout_mask_sum=rollout_mask_sum,
         problem=problem,
-        uniform=_take(uniform_group, group) & live_row,
-        groups=torch.bincount(group_batch[live_group], minlength=inp.num_batches),
-        units=torch.bincount(unit_batch[unit_live], minlength=inp.num_batches),
-        uniform_groups=torch.bincount(group_batch[live_group & uniform_group], minlength=inp.num_batches),
+        uniform=xp.take(uniform_group, group) & live_row,
+        groups=xp.count(group_batch[live_group], inp.num_batches),
+        units=xp.count(unit_batch[unit_live], inp.num_batches),
+        uniform_groups=xp.count(group_batch[live_group & uniform_group], inp.num_batches),
     )
 
 
-def _choose_grouping(inp: CoreInput, config: CoreConfig):
+def _choose_grouping(xp, inp: CoreInput, config: CoreConfig):
     """Per batch: which grouping rule applies, or which problem kills the batch."""
-    device = inp.batch.device
     n_batches = inp.num_batches
-    batch_size = torch.bincount(inp.batch, minlength=n_batches)
-    with_index = torch.bincount(inp.batch, weights=inp.has_group_index.to(torch.float64),
-                                minlength=n_batches).long()
+    batch_size = xp.count(inp.batch, n_batches)
+    with_index = xp.count(inp.batch, n_batches, weights=inp.has_group_index)
     all_index = with_index == batch_size
     no_index = with_index == 0
     n, b = config.n_samples_per_prompt, config.rollout_batch_size
-    exact_slices = batch_size == (n * b) if (n and b) else torch.zeros_like(all_index)
+    exact_slices = batch_size == (n * b) if (n and b) else xp.zeros(n_batches, "bool")
 
-    rule = torch.full((n_batches,), WHOLE_BATCH, dtype=torch.long, device=device)
-    problem = torch.zeros(n_batches, dtype=torch.long, device=device)
+    rule = xp.full(n_batches, WHOLE_BATCH, "int64")
+    problem = xp.zeros(n_batches, "int64")
     sizes_boundaries = None
     if config.semantics == "legacy-reshape":
         rule[exact_slices] = SLICES
@@ -112,116 +116,103 @@ def _choose_grouping(inp: CoreInput, config: CoreConfig):
         rule[all_index] = GROUP_INDEX
         given = [i for i, s in enumerate(inp.prompt_group_sizes) if s is not None]
         if given:
-            batch_start = torch.cumsum(batch_size, 0) - batch_size
+            batch_start = xp.cumsum(batch_size) - batch_size
             sizes = [inp.prompt_group_sizes[i] for i in given]  # loop over batches, not rows
-            totals = torch.stack([s.sum() for s in sizes])
-            given_t = torch.tensor(given, device=device)
-            rule[given_t] = EXPLICIT_SIZES
-            matches = totals == _take(batch_size, given_t)
-            problem[given_t] = torch.where(matches, 0, CODE["group-sizes-mismatch"])
+            totals = xp.asarray([int(s.sum()) for s in sizes], "int64")
+            given_at = xp.asarray(given, "int64")
+            rule[given_at] = EXPLICIT_SIZES
+            matches = totals == xp.take(batch_size, given_at)
+            problem[given_at] = xp.where(matches, 0, CODE["group-sizes-mismatch"])
             # boundaries of a batch whose sizes do not add up would spill into the next batch
             usable = [(i, s) for (i, s), ok in zip(zip(given, sizes), matches.tolist()) if ok]
             if usable:
-                sizes_boundaries = torch.cat([batch_start[i] + torch.cumsum(s[s > 0], 0) for i, s in usable])
+                sizes_boundaries = xp.concat([batch_start[i] + xp.cumsum(s[s > 0]) for i, s in usable])
     return rule, problem, sizes_boundaries
 
 
-def _assign_groups(inp, row, rule, sizes_boundaries, config):
+def _assign_groups(xp, inp, row, rule, sizes_boundaries, config):
     """Dense prompt-group ids numbered by first row (row order), their first rows."""
     batch = inp.batch
-    row_rule = _take(rule, batch)
-    batch_size = torch.bincount(batch, minlength=inp.num_batches)
-    position = row - _take(torch.cumsum(batch_size, 0) - batch_size, batch)
-    within = torch.zeros_like(row)
+    row_rule = xp.take(rule, batch)
+    batch_size = xp.count(batch, inp.num_batches)
+    position = row - xp.take(xp.cumsum(batch_size) - batch_size, batch)
+    within = xp.zeros(row.shape[0], "int64")
     if config.n_samples_per_prompt:
-        within = torch.where(row_rule == SLICES, position // config.n_samples_per_prompt, within)
-    within = torch.where(row_rule == GROUP_INDEX, inp.group_index, within)
+        within = xp.where(row_rule == SLICES, position // config.n_samples_per_prompt, within)
+    within = xp.where(row_rule == GROUP_INDEX, inp.group_index, within)
     if sizes_boundaries is not None:
-        segment = torch.searchsorted(sizes_boundaries, row, right=True)
-        within = torch.where(row_rule == EXPLICIT_SIZES, segment, within)
-    group, n_groups = _dense_pairs(batch, inp.num_batches, within)
+        segment = xp.searchsorted_right(sizes_boundaries, row)
+        within = xp.where(row_rule == EXPLICIT_SIZES, segment, within)
+    group, n_groups = _dense_pairs(xp, batch, inp.num_batches, within)
     # renumber by first row so ids follow row order (and are stable across runs); first rows are
     # distinct row numbers, so their rank is a prefix count over a presence table: no sort
-    first_row = _segment(group, n_groups, row, "amin")
-    present = torch.zeros(row.numel(), dtype=torch.long, device=row.device)
-    present.index_fill_(0, first_row, 1)
-    rank = _take(torch.cumsum(present, 0) - 1, first_row)
-    ordered_first_row = torch.empty_like(first_row)
-    ordered_first_row.index_copy_(0, rank, first_row)
-    return _take(rank, group), n_groups, ordered_first_row
+    first_row = xp.segment(group, n_groups, row, "amin")
+    present = xp.zeros(row.shape[0], "int64")
+    present[first_row] = 1
+    rank = xp.take(xp.cumsum(present) - 1, first_row)
+    ordered_first_row = xp.zeros(n_groups, "int64")
+    ordered_first_row[rank] = first_row
+    return xp.take(rank, group), n_groups, ordered_first_row
 
 
-def _ordinal_within_batch(group, group_batch, n_batches):
-    per_batch = torch.bincount(group_batch, minlength=n_batches)
-    offset = torch.cumsum(per_batch, 0) - per_batch
-    ordinal = torch.arange(group_batch.numel(), device=group.device) - _take(offset, group_batch)
-    return _take(ordinal, group)
+def _ordinal_within_batch(xp, group, group_batch, n_batches):
+    per_batch = xp.count(group_batch, n_batches)
+    offset = xp.cumsum(per_batch) - per_batch
+    ordinal = xp.arange(group_batch.shape[0]) - xp.take(offset, group_batch)
+    return xp.take(ordinal, group)
 
 
-def _mainstream_rows(trainable, unit, n_units, row, policy):
+def _mainstream_rows(xp, trainable, unit, n_units, row, policy):
     """The row supplying each unit's reward: most trainable tokens (ties: earliest) or last."""
     if policy == "last":
-        return _segment(unit, n_units, row, "amax")
-    most = _segment(unit, n_units, trainable, "amax")
-    candidates = torch.where(trainable == _take(most, unit), row, row.numel())
-    return _segment(unit, n_units, candidates, "amin")
+        return xp.segment(unit, n_units, row, "amax")
+    most = xp.segment(unit, n_units, trainable, "amax")
+    candidates = xp.where(trainable == xp.take(most, unit), row, row.shape[0])
+    return xp.segment(unit, n_units, candidates, "amin")
 
 
-def _group_problems(inp, row, group, n_groups, group_batch, batch_problem):
+def _group_problems(xp, inp, row, group, n_groups, group_batch, batch_problem):
     """A group inherits its batch's problem, else the problem of its first bad row."""
-    bad_rows = torch.where(inp.row_problem != 0, row, row.numel())
-    first_bad = _segment(group, n_groups, bad_rows, "amin")
-    has_bad = first_bad < row.numel()
-    row_problem = torch.where(has_bad, inp.row_problem[first_bad.clamp(max=row.numel() - 1)], 0)
-    from_batch = _take(batch_problem, group_batch)
-    return torch.where(from_batch != 0, from_batch, row_problem)
+    n_rows = row.shape[0]
+    bad_rows = xp.where(inp.row_problem != 0, row, n_rows)
+    first_bad = xp.segment(group, n_groups, bad_rows, "amin")
+    has_bad = first_bad < n_rows
+    row_problem = xp.where(has_bad, xp.take(inp.row_problem, xp.clip(first_bad, high=n_rows - 1)), 0)
+    from_batch = xp.take(batch_problem, group_batch)
+    return xp.where(from_batch != 0, from_batch, row_problem)
 
 
-def _unit_advantages(reward, unit_group, n_groups, k, uniform, config: CoreConfig):
-    kf = k.to(torch.float64)
-    mean = _segment(unit_group, n_groups, reward, "sum") / kf
-    centred = reward - _take(mean, unit_group)
-    k_unit = _take(k, unit_group)
+def _unit_advantages(xp, reward, unit_group, n_groups, k, uniform, config: CoreConfig):
+    kf = xp.astype(k, "float64")
+    mean = xp.segment(unit_group, n_groups, reward, "sum") / kf
+    centred = reward - xp.take(mean, unit_group)
+    k_unit = xp.take(k, unit_group)
+    zeros = xp.zeros(centred.shape[0], "float64")
     if config.estimator == RLOO:
-        k_row = _take(kf, unit_group)
-        advantage = torch.where(k_unit > 1, k_row / (k_row - 1).clamp(min=1) * centred,
-                                torch.zeros_like(centred))
+        k_row = xp.take(kf, unit_group)
+        advantage = xp.where(k_unit > 1, k_row / xp.clip(k_row - 1, low=1) * centred, zeros)
     elif config.divides_by_std:
-        std = _take(torch.sqrt(_segment(unit_group, n_groups, centred * centred, "sum") / (kf - 1)), unit_group)
+        std = xp.take(xp.sqrt(xp.segment(unit_group, n_groups, centred * centred, "sum") / (kf - 1)), unit_group)
         scaled = centred / (std + STD_EPS)
         if config.semantics == "legacy-reshape":
             advantage = scaled
         elif config.semantics == "group-index":
-            advantage = torch.where(k_unit > 1, scaled, centred)
+            advantage = xp.where(k_unit > 1, scaled, centred)
         else:
-            advantage = torch.where((k_unit > 1) & (std > 0), scaled, centred)
+            advantage = xp.where((k_unit > 1) & (std > 0), scaled, centred)
     else:
         advantage = centred
-    return torch.where(_take(uniform, unit_group), torch.zeros_like(advantage), advantage)
+    return xp.where(xp.take(uniform, unit_group), zeros, advantage)
 
 
-def _take(values, index):
-    """values[index] for 1-D tensors; index_select is several times faster than advanced indexing."""
-    return values.index_select(0, index)
-
-
-def _segment(ids, n, values, reduce):
-    """Reduce values over segment ids (ids in [0, n))."""
-    if reduce == "sum":
-        out = torch.zeros(n, dtype=values.dtype, device=values.device)
-        return out.index_add_(0, ids, values)
-    out = torch.empty(n, dtype=values.dtype, device=values.device)
-    return out.scatter_reduce_(0, ids, values, reduce=reduce, include_self=False)
-
-
-def _rollout_ids(group, n_groups, rollout_key, has_key):
+def _rollout_ids(xp, group, n_groups, rollout_key, has_key):
     """Dense ids of rollouts: rows sharing a key inside a group; a keyless row is its own rollout."""
     if bool(has_key.all()):
-        return _dense_pairs(group, n_groups, rollout_key)
-    keyed_rows = torch.nonzero(has_key).squeeze(1)
-    keyed, n_keyed = _dense_pairs(_take(group, keyed_rows), n_groups, _take(rollout_key, keyed_rows))
-    ids = torch.cumsum((~has_key).long(), 0) - 1 + n_keyed  # a keyless row is a rollout of its own
-    ids.index_copy_(0, keyed_rows, keyed)
+        return _dense_pairs(xp, group, n_groups, rollout_key)
+    keyed_rows = xp.flatnonzero(has_key)
+    keyed, n_keyed = _dense_pairs(xp, xp.take(group, keyed_rows), n_groups, xp.take(rollout_key, keyed_rows))
+    ids = xp.cumsum(xp.astype(~has_key, "int64")) - 1 + n_keyed  # a keyless row is a rollout of its own
+    ids[keyed_rows] = keyed
     return ids, n_keyed + int((~has_key).sum())
 
 
@@ -229,7 +220,7 @@ def _rollout_ids(group, n_groups, rollout_key, has_key):
 TABLE_ROWS_FACTOR = 8
 
 
-def _dense_pairs(segment, n_segments, key):
+def _dense_pairs(xp, segment, n_segments, key):
     """Dense ids 0..n-1 of the distinct (segment, key) pairs, ordered by (segment, key).
 
     Keys are usually compact inside a segment (group_index within a step,
@@ -237,35 +228,32 @@ def _dense_pairs(segment, n_segments, key):
     segment offset + (key - segment's smallest key) gives the ids with
     prefix sums in O(rows). Sparse keys fall back to sorting.
     """
-    big = torch.iinfo(torch.long).max
-    low = torch.full((n_segments,), big, dtype=torch.long, device=key.device).scatter_reduce_(
-        0, segment, key, reduce="amin")
-    high = torch.full((n_segments,), -big - 1, dtype=torch.long, device=key.device).scatter_reduce_(
-        0, segment, key, reduce="amax")
-    used = low <= high
-    low_f, high_f = low.to(torch.float64), high.to(torch.float64)
-    span_f = torch.where(used, high_f - low_f + 1, torch.zeros_like(low_f))
-    if float(span_f.sum()) <= TABLE_ROWS_FACTOR * key.numel() + 1024:
-        span = torch.where(used, high - low + 1, torch.zeros_like(low))
-        offset = torch.cumsum(span, 0) - span
-        slot = _take(offset, segment) + (key - _take(low, segment))
-        present = torch.zeros(int(span.sum()), dtype=torch.long, device=key.device)
-        present.index_fill_(0, slot, 1)
-        ranks = torch.cumsum(present, 0) - 1
-        return _take(ranks, slot), int(ranks[-1]) + 1 if ranks.numel() else 0
-    values, codes = torch.unique(key, return_inverse=True)
-    combined = segment * values.numel() + codes
-    uniq, ids = torch.unique(combined, return_inverse=True)
-    return ids, uniq.numel()
+    low = xp.segment(segment, n_segments, key, "amin")
+    high = xp.segment(segment, n_segments, key, "amax")
+    used = low <= high  # an empty segment holds the identities: low > high
+    low_f, high_f = xp.astype(low, "float64"), xp.astype(high, "float64")
+    span_f = xp.where(used, high_f - low_f + 1, xp.zeros(n_segments, "float64"))
+    if float(span_f.sum()) <= TABLE_ROWS_FACTOR * key.shape[0] + 1024:
+        span = xp.where(used, high - low + 1, xp.zeros(n_segments, "int64"))
+        offset = xp.cumsum(span) - span
+        slot = xp.take(offset, segment) + (key - xp.take(low, segment))
+        present = xp.zeros(int(span.sum()), "int64")
+        present[slot] = 1
+        ranks = xp.cumsum(present) - 1
+        return xp.take(ranks, slot), int(ranks[-1]) + 1 if ranks.shape[0] else 0
+    values, codes = xp.unique_inverse(key)
+    combined = segment * values.shape[0] + codes
+    uniq, ids = xp.unique_inverse(combined)
+    return ids, uniq.shape[0]
 
 
-def _empty_output(n_batches, device):
-    zeros = torch.zeros(0, dtype=torch.long, device=device)
-    per_batch = torch.zeros(n_batches, dtype=torch.long, device=device)
+def _empty_output(xp, n_batches):
+    zeros = xp.zeros(0, "int64")
     return CoreOutput(
-        advantage=torch.zeros(0, dtype=torch.float32, device=device),
-        mainstream=torch.zeros(0, dtype=torch.bool, device=device),
+        advantage=xp.zeros(0, "float32"),
+        mainstream=xp.zeros(0, "bool"),
         prompt_group=zeros, rollout_mask_sum=zeros, problem=zeros,
-        uniform=torch.zeros(0, dtype=torch.bool, device=device),
-        groups=per_batch, units=per_batch.clone(), uniform_groups=per_batch.clone(),
+        uniform=xp.zeros(0, "bool"),
+        groups=xp.zeros(n_batches, "int64"), units=xp.zeros(n_batches, "int64"),
+        uniform_groups=xp.zeros(n_batches, "int64"),
     )

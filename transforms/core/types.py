@@ -1,4 +1,4 @@
-"""Flat tensors in and out of the numeric core.
+"""Flat arrays in and out of the numeric core: numpy arrays on CPU, torch tensors on a GPU.
 
 Rows of any number of batches are concatenated, sorted by (batch, row order):
 row order inside a batch is (source path, row position), which the adapter
@@ -7,53 +7,57 @@ establishes before calling the core.
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
+from typing import Any
 
-import torch
+from .arrays import to_device
+
+Array = Any  # numpy.ndarray or torch.Tensor, 1-D (see arrays.py)
 
 
 @dataclass
 class CoreInput:
-    batch: torch.Tensor              # int64 [N] dense batch ids, non-decreasing
-    reward: torch.Tensor             # float64 [N]; any value where row_problem != 0
-    trainable: torch.Tensor          # int64 [N] trainable tokens (0 when remove_sample)
-    mask_sum: torch.Tensor           # int64 [N] sum of the final loss_mask (== trainable)
-    group_index: torch.Tensor        # int64 [N]
-    has_group_index: torch.Tensor    # bool [N]
-    rollout_key: torch.Tensor        # int64 [N] rollout_id, else index
-    has_rollout_key: torch.Tensor    # bool [N]
-    row_problem: torch.Tensor        # int64 [N] reason code, 0 = fine
+    batch: Array                     # int64 [N] dense batch ids, non-decreasing
+    reward: Array                    # float64 [N]; any value where row_problem != 0
+    trainable: Array                 # int64 [N] trainable tokens (0 when remove_sample)
+    mask_sum: Array                  # int64 [N] sum of the final loss_mask (== trainable)
+    group_index: Array               # int64 [N]
+    has_group_index: Array           # bool [N]
+    rollout_key: Array               # int64 [N] rollout_id, else index
+    has_rollout_key: Array           # bool [N]
+    row_problem: Array               # int64 [N] reason code, 0 = fine
     num_batches: int
     # per batch: explicit prompt_group_sizes (1-D int64) or None
-    prompt_group_sizes: list[torch.Tensor | None]
+    prompt_group_sizes: list[Array | None]
 
     @property
     def num_rows(self) -> int:
-        return int(self.batch.numel())
+        return int(self.batch.shape[0])
 
-    def to(self, device) -> "CoreInput":
+    def to(self, device: str) -> "CoreInput":
+        """On `device`: "cpu" is numpy, anything else a torch device (arrays.to_device)."""
         moved = {}
         for f in fields(self):
             value = getattr(self, f.name)
-            if isinstance(value, torch.Tensor):
-                value = value.to(device)
-            elif f.name == "prompt_group_sizes":
-                value = [None if s is None else s.to(device) for s in value]
+            if f.name == "prompt_group_sizes":
+                value = [None if s is None else to_device(s, device) for s in value]
+            elif f.name != "num_batches":
+                value = to_device(value, device)
             moved[f.name] = value
         return CoreInput(**moved)
 
 
 @dataclass
 class CoreOutput:
-    advantage: torch.Tensor          # float32 [N]
-    mainstream: torch.Tensor         # bool [N]
-    prompt_group: torch.Tensor       # int64 [N] ordinal of the row's group inside its batch (by first row)
-    rollout_mask_sum: torch.Tensor   # int64 [N]
-    problem: torch.Tensor            # int64 [N] reason code; != 0 means dead-lettered
-    uniform: torch.Tensor            # bool [N] the row's group has >= 2 units, all rewards equal
+    advantage: Array                 # float32 [N]
+    mainstream: Array                # bool [N]
+    prompt_group: Array              # int64 [N] ordinal of the row's group inside its batch (by first row)
+    rollout_mask_sum: Array          # int64 [N]
+    problem: Array                   # int64 [N] reason code; != 0 means dead-lettered
+    uniform: Array                   # bool [N] the row's group has >= 2 units, all rewards equal
     # per batch counters (int64 [num_batches]); dead groups excluded
-    groups: torch.Tensor
-    units: torch.Tensor
-    uniform_groups: torch.Tensor
+    groups: Array
+    units: Array
+    uniform_groups: Array
 
-    def to(self, device) -> "CoreOutput":
-        return CoreOutput(**{f.name: getattr(self, f.name).to(device) for f in fields(self)})
+    def to(self, device: str) -> "CoreOutput":
+        return CoreOutput(**{f.name: to_device(getattr(self, f.name), device) for f in fields(self)})

@@ -1,30 +1,40 @@
-"""Build CoreInput from readable per-row tuples (test helper)."""
-import torch
+"""Build CoreInput from readable per-row tuples, and run the core on each backend (test helpers)."""
+import numpy as np
 
+from transforms.core.arrays import TORCH_CPU
 from transforms.core.reasons import CODE
-from transforms.core.types import CoreInput
+from transforms.core.relabel import relabel
+from transforms.core.types import CoreInput, CoreOutput
+
+# numpy (the CPU backend) and torch on the CPU: the torch code path a GPU runs, checked without one
+DEVICES = ["cpu", TORCH_CPU]
+
+
+def relabel_on(inp: CoreInput, config, device: str) -> CoreOutput:
+    """The core on `device`, its output back as numpy arrays."""
+    return relabel(inp.to(device), config).to("cpu")
 
 
 def core_input(rows, *, batches=None, sizes=None):
     """rows: dicts with reward and optional trainable, group_index, rollout_id, index, problem, batch."""
     def column(name, default, dtype):
-        return torch.tensor([default if r.get(name) is None else r[name] for r in rows], dtype=dtype)
+        return np.array([default if r.get(name) is None else r[name] for r in rows], dtype=dtype)
 
     rollout_key = [r.get("rollout_id") if r.get("rollout_id") is not None else r.get("index") for r in rows]
-    batch = column("batch", 0, torch.long)
+    batch = column("batch", 0, np.int64)
     num_batches = batches if batches is not None else (int(batch.max()) + 1 if rows else 0)
-    trainable = column("trainable", 1, torch.long)
+    trainable = column("trainable", 1, np.int64)
     return CoreInput(
         batch=batch,
-        reward=column("reward", 0.0, torch.float64),
+        reward=column("reward", 0.0, np.float64),
         trainable=trainable,
-        mask_sum=trainable.clone(),
-        group_index=column("group_index", 0, torch.long),
-        has_group_index=torch.tensor([r.get("group_index") is not None for r in rows], dtype=torch.bool),
-        rollout_key=torch.tensor([0 if k is None else k for k in rollout_key], dtype=torch.long),
-        has_rollout_key=torch.tensor([k is not None for k in rollout_key], dtype=torch.bool),
-        row_problem=torch.tensor([CODE[r.get("problem", "")] for r in rows], dtype=torch.long),
+        mask_sum=trainable.copy(),
+        group_index=column("group_index", 0, np.int64),
+        has_group_index=np.array([r.get("group_index") is not None for r in rows], dtype=bool),
+        rollout_key=np.array([0 if k is None else k for k in rollout_key], dtype=np.int64),
+        has_rollout_key=np.array([k is not None for k in rollout_key], dtype=bool),
+        row_problem=np.array([CODE[r.get("problem", "")] for r in rows], dtype=np.int64),
         num_batches=num_batches,
-        prompt_group_sizes=[None if s is None else torch.tensor(s, dtype=torch.long)
+        prompt_group_sizes=[None if s is None else np.array(s, dtype=np.int64)
                             for s in (sizes or [None] * num_batches)],
     )

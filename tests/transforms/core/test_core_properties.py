@@ -1,4 +1,4 @@
-"""Property test: the torch core agrees with the plain-Python oracle (tests/reference.py).
+"""Property test: the core, on numpy and on torch, agrees with the plain-Python oracle (tests/reference.py).
 
 Random multi-batch inputs (uneven fan-out, missing rollout keys, full/absent/
 partial group_index, right and wrong prompt_group_sizes, ties in trainable
@@ -13,15 +13,15 @@ import math
 import os
 import random
 
+import numpy as np
 import pytest
-import torch
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 from tests.reference import Batch, Row, batch_counters, reference_relabel
+from tests.transforms.core.builders import DEVICES, relabel_on
 from transforms.core.config import CoreConfig
 from transforms.core.reasons import REASONS
-from transforms.core.relabel import relabel
 from transforms.core.types import CoreInput
 
 ESTIMATORS = ("grpo", "gspo", "cispo", "dr_grpo", "reinforce_plus_plus_baseline", "rloo", "ppo")
@@ -46,20 +46,20 @@ def to_core_input(batches: list[Batch]) -> CoreInput:
             rollout_key.append(0 if key is None else key)
             has_rollout_key.append(key is not None)
             row_problem.append(REASONS.index(row.problem))
-    i64 = torch.int64
+    i64 = np.int64
     return CoreInput(
-        batch=torch.tensor(batch_ids, dtype=i64),
-        reward=torch.tensor(reward, dtype=torch.float64),
-        trainable=torch.tensor(trainable, dtype=i64),
-        mask_sum=torch.tensor(trainable, dtype=i64),
-        group_index=torch.tensor(group_index, dtype=i64),
-        has_group_index=torch.tensor(has_group_index, dtype=torch.bool),
-        rollout_key=torch.tensor(rollout_key, dtype=i64),
-        has_rollout_key=torch.tensor(has_rollout_key, dtype=torch.bool),
-        row_problem=torch.tensor(row_problem, dtype=i64),
+        batch=np.array(batch_ids, dtype=i64),
+        reward=np.array(reward, dtype=np.float64),
+        trainable=np.array(trainable, dtype=i64),
+        mask_sum=np.array(trainable, dtype=i64),
+        group_index=np.array(group_index, dtype=i64),
+        has_group_index=np.array(has_group_index, dtype=bool),
+        rollout_key=np.array(rollout_key, dtype=i64),
+        has_rollout_key=np.array(has_rollout_key, dtype=bool),
+        row_problem=np.array(row_problem, dtype=i64),
         num_batches=len(batches),
         prompt_group_sizes=[None if batch.prompt_group_sizes is None
-                            else torch.tensor(batch.prompt_group_sizes, dtype=i64)
+                            else np.array(batch.prompt_group_sizes, dtype=i64)
                             for batch in batches],
     )
 
@@ -81,10 +81,10 @@ def describe(batches: list[Batch], config: CoreConfig) -> str:
     return "\n".join(lines)
 
 
-def assert_core_matches_reference(batches: list[Batch], config: CoreConfig,
+def assert_core_matches_reference(batches: list[Batch], config: CoreConfig, device: str,
                                   inp: CoreInput | None = None) -> None:
     expected = reference_relabel(batches, config)
-    out = relabel(to_core_input(batches) if inp is None else inp, config)
+    out = relabel_on(to_core_input(batches) if inp is None else inp, config, device)
     try:
         _compare(expected, out)
     except AssertionError as error:
@@ -94,7 +94,7 @@ def assert_core_matches_reference(batches: list[Batch], config: CoreConfig,
 def _compare(expected, out) -> None:
     flat = [r for per_batch in expected for r in per_batch]
     assert out.advantage.shape == (len(flat),)
-    assert out.advantage.dtype == torch.float32
+    assert out.advantage.dtype == np.float32
     problem = out.problem.tolist()
     advantage = out.advantage.tolist()
     mainstream = out.mainstream.tolist()
@@ -232,27 +232,29 @@ PROPERTY_SETTINGS = dict(deadline=None, derandomize=True, database=None, report_
                          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 
 
-def _check_scenario(semantics, estimator, scenario):
+def _check_scenario(semantics, estimator, scenario, device):
     n, b, batches = scenario
     inp = to_core_input(batches)
     for config in configs_for(semantics, estimator, n, b):
-        assert_core_matches_reference(batches, config, inp)
+        assert_core_matches_reference(batches, config, device, inp)
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("estimator", ESTIMATORS)
 @pytest.mark.parametrize("semantics", ["legacy-reshape", "group-index"])
 @settings(max_examples=int(20 * SCALE), **PROPERTY_SETTINGS)
 @given(scenario=SCENARIOS)
-def test_core_matches_reference_row_units(semantics, estimator, scenario):
-    _check_scenario(semantics, estimator, scenario)
+def test_core_matches_reference_row_units(semantics, estimator, device, scenario):
+    _check_scenario(semantics, estimator, scenario, device)
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("estimator", ESTIMATORS)
 @pytest.mark.parametrize("semantics", ["rollout-mainstream", "rollout-shared"])
 @settings(max_examples=int(10 * SCALE), **PROPERTY_SETTINGS)
 @given(scenario=SCENARIOS)
-def test_core_matches_reference_rollouts(semantics, estimator, scenario):
-    _check_scenario(semantics, estimator, scenario)
+def test_core_matches_reference_rollouts(semantics, estimator, device, scenario):
+    _check_scenario(semantics, estimator, scenario, device)
 
 
 # ---------------------------------------------------------------- fixed cases through the core
@@ -270,21 +272,23 @@ def _worked_examples():
             "example-5": (ex5, [-2, -2, 2])}
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("name", sorted(_worked_examples()))
-def test_worked_examples_through_core(name):
+def test_worked_examples_through_core(name, device):
     batch, expected = _worked_examples()[name]
     config = CoreConfig(estimator="grpo", std_normalization=False)
-    out = relabel(to_core_input([batch]), config)
+    out = relabel_on(to_core_input([batch]), config, device)
     assert out.advantage.tolist() == pytest.approx(expected, abs=ADVANTAGE_TOL)
-    assert_core_matches_reference([batch], config)
+    assert_core_matches_reference([batch], config, device)
 
 
-def test_worked_example_2_through_core():
+@pytest.mark.parametrize("device", DEVICES)
+def test_worked_example_2_through_core(device):
     batch = Batch([Row(0.0, 1, rollout_id=10)] + [Row(1.0, 1, rollout_id=11)] * 3)
     config = CoreConfig(estimator="grpo")
-    out = relabel(to_core_input([batch]), config)
+    out = relabel_on(to_core_input([batch]), config, device)
     assert out.advantage.tolist() == pytest.approx([-0.7071, 0.7071, 0.7071, 0.7071], abs=1e-4)
-    assert_core_matches_reference([batch], config)
+    assert_core_matches_reference([batch], config, device)
 
 
 FIXED = {
@@ -315,7 +319,8 @@ FIXED = {
 }
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("name", sorted(FIXED))
-def test_fixed_cases_through_core(name):
+def test_fixed_cases_through_core(name, device):
     batches, config = FIXED[name]
-    assert_core_matches_reference(batches, config)
+    assert_core_matches_reference(batches, config, device)

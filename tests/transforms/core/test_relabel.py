@@ -1,18 +1,20 @@
 """The numeric core against SEMANTICS.md's worked examples and every rule, with exact numbers."""
 import math
 
+import numpy as np
 import pytest
-import torch
 
-from tests.transforms.core.builders import core_input
+from tests.transforms.core.builders import DEVICES, core_input, relabel_on
 from transforms.core.config import CoreConfig
 from transforms.core.reasons import CODE
-from transforms.core.relabel import relabel
 
 
-def run(rows, sizes=None, batches=None, **config):
-    out = relabel(core_input(rows, sizes=sizes, batches=batches), CoreConfig(**config))
-    return out
+@pytest.fixture(params=DEVICES)
+def run(request):
+    """The core on each backend, fed readable rows (see builders.core_input)."""
+    def run_on_device(rows, sizes=None, batches=None, **config):
+        return relabel_on(core_input(rows, sizes=sizes, batches=batches), CoreConfig(**config), request.param)
+    return run_on_device
 
 
 def adv(out):
@@ -25,34 +27,34 @@ def rollout(rid, reward, group=0, trainable=1, **extra):
 
 # ---- SEMANTICS.md worked examples (rollout-mainstream, grpo)
 
-def test_example1_unequal_fanout_no_std():
+def test_example1_unequal_fanout_no_std(run):
     rows = [rollout(10, 0), *[rollout(11, 1)] * 3, *[rollout(20, 2, 1)] * 2, rollout(21, 4, 1)]
     out = run(rows, std_normalization=False)
     assert out.advantage.tolist() == [-0.5, 0.5, 0.5, 0.5, -1, -1, 1]
     assert out.groups.tolist() == [2] and out.units.tolist() == [4]
 
 
-def test_example2_with_std():
+def test_example2_with_std(run):
     rows = [rollout(10, 0), *[rollout(11, 1)] * 3]
     expected = 0.5 / (math.sqrt(0.5) + 1e-6)
     assert out_close(run(rows).advantage, [-expected, expected, expected, expected])
 
 
-def test_example3_mainstream_is_most_trainable():
+def test_example3_mainstream_is_most_trainable(run):
     rows = [rollout(10, 0), rollout(11, 2, trainable=1), rollout(11, 6, trainable=3)]
     out = run(rows, std_normalization=False)
     assert out.advantage.tolist() == [-3, 3, 3]
     assert out.mainstream.tolist() == [True, False, True]
 
 
-def test_example4_ties_go_to_first_row():
+def test_example4_ties_go_to_first_row(run):
     rows = [rollout(10, 2, trainable=0), rollout(10, 8, trainable=0), rollout(11, 6)]
     out = run(rows, std_normalization=False)
     assert out.advantage.tolist() == [-2, -2, 2]
     assert out.mainstream.tolist() == [True, False, True]
 
 
-def test_example5_removed_row_has_no_trainable_tokens():
+def test_example5_removed_row_has_no_trainable_tokens(run):
     # the adapter turns remove_sample into 0 trainable tokens; the kept row (4 tokens) wins
     rows = [rollout(10, 100, trainable=0), rollout(10, 2, trainable=4), rollout(11, 6, trainable=2)]
     out = run(rows, std_normalization=False)
@@ -66,7 +68,7 @@ def out_close(tensor, expected, tol=1e-5):
 
 # ---- grouping rules
 
-def test_legacy_reshape_slices_when_size_matches():
+def test_legacy_reshape_slices_when_size_matches(run):
     rows = [dict(reward=r) for r in (1, 0, 0, 0)]
     out = run(rows, semantics="legacy-reshape", std_normalization=False, n_samples_per_prompt=2,
               rollout_batch_size=2)
@@ -74,7 +76,7 @@ def test_legacy_reshape_slices_when_size_matches():
     assert out.prompt_group.tolist() == [0, 0, 1, 1]
 
 
-def test_legacy_reshape_centres_whole_batch_when_size_differs():
+def test_legacy_reshape_centres_whole_batch_when_size_differs(run):
     # the defect being reproduced: 5 rows != 2 x 2, so the batch is one group
     rows = [dict(reward=r) for r in (1, 0, 0, 0, 4)]
     out = run(rows, semantics="legacy-reshape", std_normalization=False, n_samples_per_prompt=2,
@@ -83,20 +85,20 @@ def test_legacy_reshape_centres_whole_batch_when_size_differs():
     assert out.prompt_group.tolist() == [0] * 5
 
 
-def test_legacy_reshape_one_row_group_with_std_is_dead():
+def test_legacy_reshape_one_row_group_with_std_is_dead(run):
     rows = [dict(reward=1.0, group_index=0)]
     out = run(rows, semantics="legacy-reshape")
     assert out.problem.tolist() == [CODE["non-finite-advantage"]]
 
 
-def test_legacy_reshape_rows_are_units_no_dedup():
+def test_legacy_reshape_rows_are_units_no_dedup(run):
     rows = [dict(rollout_id=1, reward=1), dict(rollout_id=1, reward=1), dict(rollout_id=2, reward=0)]
     out = run(rows, semantics="legacy-reshape", std_normalization=False)
     assert out_close(out.advantage, [1 / 3, 1 / 3, -2 / 3])
     assert out.mainstream.tolist() == [True, True, True]
 
 
-def test_group_index_groups_non_contiguous_rows():
+def test_group_index_groups_non_contiguous_rows(run):
     rows = [dict(reward=1, group_index=7), dict(reward=5, group_index=3), dict(reward=0, group_index=7),
             dict(reward=3, group_index=3)]
     out = run(rows, semantics="group-index", std_normalization=False)
@@ -104,14 +106,14 @@ def test_group_index_groups_non_contiguous_rows():
     assert out.prompt_group.tolist() == [0, 1, 0, 1]  # numbered by first row
 
 
-def test_group_index_one_row_group_gets_zero_not_nan():
+def test_group_index_one_row_group_gets_zero_not_nan(run):
     rows = [dict(reward=3.0, group_index=0), dict(reward=1, group_index=1), dict(reward=0, group_index=1)]
     out = run(rows, semantics="group-index")
     expected = 0.5 / (math.sqrt(0.5) + 1e-6)
     assert out_close(out.advantage, [0.0, expected, -expected])
 
 
-def test_group_index_slices_without_group_index():
+def test_group_index_slices_without_group_index(run):
     rows = [dict(reward=r) for r in (1, 0, 2, 4)]
     out = run(rows, semantics="group-index", std_normalization=False, n_samples_per_prompt=2)
     assert out.advantage.tolist() == [0.5, -0.5, -1, 1]
@@ -122,26 +124,26 @@ def test_group_index_slices_without_group_index():
     ([dict(reward=1)] * 3, {"n_samples_per_prompt": 2}, "batch-size-not-multiple"),
     ([dict(reward=1)] * 2, {}, "missing-n-samples-per-prompt"),
 ])
-def test_group_index_batch_problems_kill_the_whole_batch(rows, config, reason):
+def test_group_index_batch_problems_kill_the_whole_batch(rows, config, reason, run):
     out = run(rows, semantics="group-index", **config)
     assert out.problem.tolist() == [CODE[reason]] * len(rows)
     assert out.groups.tolist() == [0]
 
 
-def test_rollout_explicit_sizes_win_and_skip_zero_entries():
+def test_rollout_explicit_sizes_win_and_skip_zero_entries(run):
     rows = [rollout(i, r, group=0) for i, r in enumerate((1, 0, 3, 5))]
     out = run(rows, sizes=[[0, 2, 0, 2]], std_normalization=False)
     assert out.advantage.tolist() == [0.5, -0.5, -1, 1]
     assert out.prompt_group.tolist() == [0, 0, 1, 1]
 
 
-def test_rollout_sizes_not_summing_to_batch_is_batch_problem():
+def test_rollout_sizes_not_summing_to_batch_is_batch_problem(run):
     rows = [rollout(i, 1) for i in range(3)]
     out = run(rows, sizes=[[2, 2]])
     assert out.problem.tolist() == [CODE["group-sizes-mismatch"]] * 3
 
 
-def test_rollout_slices_then_whole_batch_fallbacks():
+def test_rollout_slices_then_whole_batch_fallbacks(run):
     rows = [dict(rollout_id=i, reward=r) for i, r in enumerate((1, 0, 2, 4))]
     sliced = run(rows, std_normalization=False, n_samples_per_prompt=2, rollout_batch_size=2)
     assert sliced.advantage.tolist() == [0.5, -0.5, -1, 1]
@@ -151,7 +153,7 @@ def test_rollout_slices_then_whole_batch_fallbacks():
     assert partial.advantage.tolist() == [-0.75, -1.75, 0.25, 2.25]  # partial group_index: not rule b
 
 
-def test_rollout_key_falls_back_to_index_and_null_is_own_rollout():
+def test_rollout_key_falls_back_to_index_and_null_is_own_rollout(run):
     rows = [dict(index=5, reward=1, group_index=0), dict(index=5, reward=1, group_index=0),
             dict(reward=0, group_index=0), dict(reward=0, group_index=0)]
     out = run(rows, std_normalization=False)
@@ -160,13 +162,13 @@ def test_rollout_key_falls_back_to_index_and_null_is_own_rollout():
     assert out.units.tolist() == [3]
 
 
-def test_rollout_keys_are_compared_only_inside_a_group():
+def test_rollout_keys_are_compared_only_inside_a_group(run):
     rows = [rollout(1, 1, group=0), rollout(2, 0, group=0), rollout(1, 5, group=1), rollout(2, 3, group=1)]
     out = run(rows, std_normalization=False)
     assert out.advantage.tolist() == [0.5, -0.5, 1, -1]
 
 
-def test_batches_never_share_groups():
+def test_batches_never_share_groups(run):
     rows = [dict(batch=0, rollout_id=1, reward=1, group_index=0), dict(batch=0, rollout_id=2, reward=0, group_index=0),
             dict(batch=1, rollout_id=1, reward=4, group_index=0), dict(batch=1, rollout_id=2, reward=2, group_index=0)]
     out = run(rows, std_normalization=False)
@@ -177,21 +179,21 @@ def test_batches_never_share_groups():
 
 # ---- mainstream policies and shared rewards
 
-def test_policy_last_takes_last_row():
+def test_policy_last_takes_last_row(run):
     rows = [rollout(10, 0), rollout(11, 2, trainable=9), rollout(11, 6, trainable=1)]
     out = run(rows, std_normalization=False, mainstream="last")
     assert out.advantage.tolist() == [-3, 3, 3]
     assert out.mainstream.tolist() == [True, False, True]
 
 
-def test_rollout_shared_rejects_differing_siblings():
+def test_rollout_shared_rejects_differing_siblings(run):
     rows = [rollout(10, 0), rollout(11, 2), rollout(11, 6), rollout(20, 1, group=1), rollout(21, 0, group=1)]
     out = run(rows, semantics="rollout-shared", std_normalization=False)
     assert out.problem.tolist() == [CODE["sibling-reward-mismatch"]] * 3 + [0, 0]
     assert out.advantage.tolist()[3:] == [0.5, -0.5]
 
 
-def test_rollout_shared_accepts_agreeing_siblings():
+def test_rollout_shared_accepts_agreeing_siblings(run):
     rows = [rollout(10, 0), rollout(11, 2), rollout(11, 2)]
     out = run(rows, semantics="rollout-shared", std_normalization=False)
     assert out.problem.tolist() == [0, 0, 0]
@@ -215,24 +217,24 @@ ROWS = [rollout(1, 0.0), rollout(2, 1.0), rollout(3, 1.0), rollout(3, 9.0, train
     ("ppo", True, [0.0, 1.0, 1.0, 9.0, 2.0]),
     ("reinforce_plus_plus", False, [0.0, 1.0, 1.0, 9.0, 2.0]),
 ])
-def test_every_estimator(estimator, std, expected):
+def test_every_estimator(estimator, std, expected, run):
     out = run(ROWS, estimator=estimator, std_normalization=std)
     assert out_close(out.advantage, expected), out.advantage.tolist()
 
 
-def test_no_rewards_normalization_passes_row_reward_through():
+def test_no_rewards_normalization_passes_row_reward_through(run):
     out = run(ROWS, rewards_normalization=False)
     assert out.advantage.tolist() == [0.0, 1.0, 1.0, 9.0, 2.0]
 
 
-def test_rloo_single_unit_group_is_zero():
+def test_rloo_single_unit_group_is_zero(run):
     out = run([rollout(1, 5.0), rollout(1, 7.0)], estimator="rloo")
     assert out.advantage.tolist() == [0.0, 0.0]
 
 
 # ---- numeric hygiene
 
-def test_all_equal_fractional_rewards_give_exact_zero():
+def test_all_equal_fractional_rewards_give_exact_zero(run):
     rows = [rollout(i, 0.1 + 0.2) for i in range(8)]  # float residues would blow up under std scaling
     for semantics in ("legacy-reshape", "group-index", "rollout-mainstream"):
         out = run(rows, semantics=semantics)
@@ -241,13 +243,13 @@ def test_all_equal_fractional_rewards_give_exact_zero():
         assert out.uniform.tolist() == [True] * 8
 
 
-def test_single_rollout_group_is_not_uniform():
+def test_single_rollout_group_is_not_uniform(run):
     out = run([rollout(1, 1.0), rollout(1, 1.0)])
     assert out.uniform_groups.tolist() == [0]
     assert out.advantage.tolist() == [0.0, 0.0]
 
 
-def test_row_problem_kills_group_only():
+def test_row_problem_kills_group_only(run):
     rows = [rollout(1, 0.0, problem="non-finite-reward"), rollout(2, 1.0), rollout(3, 1.0, group=1),
             rollout(4, 0.0, group=1)]
     out = run(rows, std_normalization=False)
@@ -256,30 +258,30 @@ def test_row_problem_kills_group_only():
     assert out.groups.tolist() == [1]
 
 
-def test_empty_input():
-    out = relabel(core_input([], batches=0), CoreConfig())
-    assert out.advantage.numel() == 0 and out.groups.numel() == 0
-    out = relabel(core_input([], batches=2), CoreConfig())
+def test_empty_input(run):
+    out = run([], batches=0)
+    assert out.advantage.size == 0 and out.groups.size == 0
+    out = run([], batches=2)
     assert out.groups.tolist() == [0, 0]
 
 
-def test_statistics_are_float64():
+def test_statistics_are_float64(run):
     # in float32, 1e8 + 1 == 1e8 and the group would look uniform
     rows = [rollout(1, 1e8), rollout(2, 1e8 + 1)]
     out = run(rows, std_normalization=False)
     assert out.advantage.tolist() == [-0.5, 0.5]
 
 
-def test_many_batches_in_one_call_equal_separate_calls():
-    torch.manual_seed(0)
-    rows = [dict(batch=b, rollout_id=i % 5, group_index=i % 3, reward=float(torch.rand(1)), trainable=i % 4)
+def test_many_batches_in_one_call_equal_separate_calls(run):
+    rng = np.random.default_rng(0)
+    rows = [dict(batch=b, rollout_id=i % 5, group_index=i % 3, reward=float(rng.random()), trainable=i % 4)
             for b in range(3) for i in range(20)]
     together = run(rows)
     apart = [run([dict(r, batch=0) for r in rows if r["batch"] == b]) for b in range(3)]
     assert together.advantage.tolist() == [x for o in apart for x in o.advantage.tolist()]
 
 
-def test_wrong_sizes_of_one_batch_do_not_leak_into_the_next():
+def test_wrong_sizes_of_one_batch_do_not_leak_into_the_next(run):
     # found by the property test: batch 0's sizes [9] overran its 8 rows into batch 1
     rows = [dict(batch=0, rollout_id=i, reward=0.0) for i in range(8)] + [
         dict(batch=1, rollout_id=i, reward=r) for i, r in enumerate((1.0, 0.0, 1.0, 0.0))]
