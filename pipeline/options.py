@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import re
 from dataclasses import dataclass
 
@@ -11,6 +12,11 @@ from pipeline.settings import CompareSettings, RunSettings
 from transforms.core.config import MAINSTREAM_POLICIES, ROW_UNIT_SEMANTICS, SEMANTICS, CoreConfig
 
 DEFAULT_RUNNER = "FnApiRunner"  # in-process; the DirectRunner would try to download Prism
+# Worker threads of the in-process runner for `run` and `compare`: pyarrow reads, compresses and
+# writes without the GIL, so threads overlap one file group's I/O with another's (1M rows: 9.4 s
+# on one thread, 6.8 s on two, byte-identical output). Each thread holds one file group in memory,
+# hence the cap.
+MAX_LOCAL_THREADS = 4
 
 # Dataflow's grammar for worker_accelerator and the accelerator resource hint
 ACCELERATOR = re.compile(r"type:[A-Za-z0-9_<>-]+;count:[1-9][0-9]*(;[a-z0-9-]+(:[^;]+)?)*")
@@ -213,10 +219,25 @@ def pipeline_options(argv: list[str], command: str = "run") -> PipelineOptions:
     options = PipelineOptions(argv)
     if options.view_as(StandardOptions).runner is None:
         options.view_as(StandardOptions).runner = DEFAULT_RUNNER
+    if command in ("run", "compare") and options.view_as(StandardOptions).runner == DEFAULT_RUNNER:
+        _default_local_threads(options, argv)
     if not any(a.split("=", 1)[0] in ("--pipeline_type_check", "--no_pipeline_type_check") for a in argv):
         # our DoFns carry no type hints: Beam's inference only costs start-up time (~0.5 s)
         options.view_as(TypeOptions).pipeline_type_check = False
     return options
+
+
+def _default_local_threads(options: PipelineOptions, argv: list[str]) -> None:
+    """One worker thread per core (up to MAX_LOCAL_THREADS), unless the user chose how workers run."""
+    from apache_beam.options.pipeline_options import DirectOptions
+
+    if any(a.split("=", 1)[0] in ("--direct_running_mode", "--direct_num_workers") for a in argv):
+        return
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    if min(cores, MAX_LOCAL_THREADS) > 1:
+        direct = options.view_as(DirectOptions)
+        direct.direct_running_mode = "multi_threading"
+        direct.direct_num_workers = min(cores, MAX_LOCAL_THREADS)
 
 
 class WatchOptions(PipelineOptions):

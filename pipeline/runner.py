@@ -180,6 +180,10 @@ def describe_hints(hints: dict) -> str:
 
 
 def _first_line(error, marker):
+    """The stop reason: the exception's own line of a worker traceback, else the first telling line."""
+    for line in str(error).splitlines():
+        if f"{marker}: " in line and "raise " not in line:
+            return line.split(f"{marker}: ", 1)[1].strip()
     for line in str(error).splitlines():
         if marker in line or line.startswith(("non-", "missing", "mask", "unreadable", "unsafe", "partial")):
             return line.strip()

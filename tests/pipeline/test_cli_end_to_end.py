@@ -123,6 +123,19 @@ def test_two_runs_are_byte_identical_and_rerun_is_a_no_op(inputs, tmp_path):
     assert "already complete" in again.stdout
 
 
+def test_output_does_not_depend_on_worker_threads(tmp_path):
+    # the local default runs one worker thread per core; six file groups spread over three threads
+    write_parquet_run(RunSpec(steps=6, prompts_per_step=4, files_per_step=1, seed=3), tmp_path / "in")
+    run_cli("run", "--input", tmp_path / "in", "--output", tmp_path / "one", "--direct_num_workers", "1")
+    run_cli("run", "--input", tmp_path / "in", "--output", tmp_path / "three",
+            "--direct_running_mode", "multi_threading", "--direct_num_workers", "3")
+    names = sorted(os.listdir(tmp_path / "one"))
+    assert len([n for n in names if n.startswith("part-")]) == 6 and "_manifest.json" in names
+    assert names == sorted(os.listdir(tmp_path / "three"))
+    for name in names:
+        assert (tmp_path / "one" / name).read_bytes() == (tmp_path / "three" / name).read_bytes(), name
+
+
 def test_other_options_on_a_finished_output_are_refused(inputs, tmp_path):
     _, folder, _ = inputs["parquet"]
     run_cli("run", "--input", folder, "--output", tmp_path / "a")
