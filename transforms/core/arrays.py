@@ -19,6 +19,7 @@ import contextlib
 import numpy as np
 
 TORCH_CPU = "torch-cpu"
+INT64_MAX = int(np.iinfo(np.int64).max)
 
 
 class NumpyArrays:

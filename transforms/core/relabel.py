@@ -8,7 +8,7 @@ number of batches is handled in one call.
 """
 from __future__ import annotations
 
-from .arrays import arrays_for
+from .arrays import INT64_MAX, arrays_for
 from .config import STD_EPS, CoreConfig, RLOO
 from .reasons import CODE
 from .types import CoreInput, CoreOutput
@@ -58,19 +58,25 @@ def _relabel(xp, inp: CoreInput, config: CoreConfig) -> CoreOutput:
         xp.segment(unit_group, n_groups, unit_reward, "amin") == xp.segment(unit_group, n_groups, unit_reward, "amax"))
 
     if config.normalizes:
-        unit_advantage = _unit_advantages(xp, unit_reward, unit_group, n_groups, units_in_group, uniform_group,
-                                          config)
-        advantage = xp.astype(xp.take(unit_advantage, unit), "float32")
+        # float32 (the written type) before the finiteness check: an overflow must be refused
+        unit_advantage = xp.astype(_unit_advantages(xp, unit_reward, unit_group, n_groups, units_in_group,
+                                                    uniform_group, config), "float32")
+        non_finite = _any_per_segment(xp, unit_group, n_groups, ~xp.isfinite(unit_advantage))
+        advantage = xp.take(unit_advantage, unit)
     else:  # pass-through estimators: the row's own reward
         advantage = xp.astype(inp.reward, "float32")
-
-    non_finite = xp.segment(group, n_groups, xp.astype(~xp.isfinite(advantage), "int64"), "amax") > 0
+        non_finite = _any_per_segment(xp, group, n_groups, ~xp.isfinite(advantage))
     group_problem = xp.where((group_problem == 0) & non_finite, CODE["non-finite-advantage"], group_problem)
 
     live_group = group_problem == 0
-    problem = xp.take(group_problem, group)
-    live_row = problem == 0
-    advantage = xp.where(live_row, advantage, xp.zeros(n_rows, "float32"))
+    uniform = xp.take(uniform_group, group)
+    if bool(live_group.all()):  # the usual case: no row is dead-lettered
+        problem = xp.zeros(n_rows, "int64")
+    else:
+        problem = xp.take(group_problem, group)
+        live_row = problem == 0
+        advantage = xp.where(live_row, advantage, xp.zeros(n_rows, "float32"))
+        uniform = uniform & live_row
     rollout_mask_sum = xp.take(xp.segment(rollout, n_rollouts, inp.mask_sum, "sum"), rollout)
 
     unit_live = xp.take(live_group, unit_group)
@@ -81,7 +87,7 @@ def _relabel(xp, inp: CoreInput, config: CoreConfig) -> CoreOutput:
         prompt_group=prompt_group,
         rollout_mask_sum=rollout_mask_sum,
         problem=problem,
-        uniform=xp.take(uniform_group, group) & live_row,
+        uniform=uniform,
         groups=xp.count(group_batch[live_group], inp.num_batches),
         units=xp.count(unit_batch[unit_live], inp.num_batches),
         uniform_groups=xp.count(group_batch[live_group & uniform_group], inp.num_batches),
@@ -92,7 +98,10 @@ def _choose_grouping(xp, inp: CoreInput, config: CoreConfig):
     """Per batch: which grouping rule applies, or which problem kills the batch."""
     n_batches = inp.num_batches
     batch_size = xp.count(inp.batch, n_batches)
-    with_index = xp.count(inp.batch, n_batches, weights=inp.has_group_index)
+    if bool(inp.has_group_index.all()):
+        with_index = batch_size
+    else:
+        with_index = xp.count(inp.batch, n_batches, weights=inp.has_group_index)
     all_index = with_index == batch_size
     no_index = with_index == 0
     n, b = config.n_samples_per_prompt, config.rollout_batch_size
@@ -133,16 +142,7 @@ def _choose_grouping(xp, inp: CoreInput, config: CoreConfig):
 def _assign_groups(xp, inp, row, rule, sizes_boundaries, config):
     """Dense prompt-group ids numbered by first row (row order), their first rows."""
     batch = inp.batch
-    row_rule = xp.take(rule, batch)
-    batch_size = xp.count(batch, inp.num_batches)
-    position = row - xp.take(xp.cumsum(batch_size) - batch_size, batch)
-    within = xp.zeros(row.shape[0], "int64")
-    if config.n_samples_per_prompt:
-        within = xp.where(row_rule == SLICES, position // config.n_samples_per_prompt, within)
-    within = xp.where(row_rule == GROUP_INDEX, inp.group_index, within)
-    if sizes_boundaries is not None:
-        segment = xp.searchsorted_right(sizes_boundaries, row)
-        within = xp.where(row_rule == EXPLICIT_SIZES, segment, within)
+    within = _position_in_batch_key(xp, inp, row, rule, sizes_boundaries, config)
     group, n_groups = _dense_pairs(xp, batch, inp.num_batches, within)
     # renumber by first row so ids follow row order (and are stable across runs); first rows are
     # distinct row numbers, so their rank is a prefix count over a presence table: no sort
@@ -153,6 +153,24 @@ def _assign_groups(xp, inp, row, rule, sizes_boundaries, config):
     ordered_first_row = xp.zeros(n_groups, "int64")
     ordered_first_row[rank] = first_row
     return xp.take(rank, group), n_groups, ordered_first_row
+
+
+def _position_in_batch_key(xp, inp, row, rule, sizes_boundaries, config):
+    """Each row's prompt-group key inside its batch, by its batch's rule (whole batch: 0)."""
+    if bool((rule == GROUP_INDEX).all()):  # the usual case: every row carries group_index
+        return inp.group_index
+    batch = inp.batch
+    row_rule = xp.take(rule, batch)
+    batch_size = xp.count(batch, inp.num_batches)
+    position = row - xp.take(xp.cumsum(batch_size) - batch_size, batch)
+    within = xp.zeros(row.shape[0], "int64")
+    if config.n_samples_per_prompt:
+        within = xp.where(row_rule == SLICES, position // config.n_samples_per_prompt, within)
+    within = xp.where(row_rule == GROUP_INDEX, inp.group_index, within)
+    if sizes_boundaries is not None:
+        segment = xp.searchsorted_right(sizes_boundaries, row)
+        within = xp.where(row_rule == EXPLICIT_SIZES, segment, within)
+    return within
 
 
 def _ordinal_within_batch(xp, group, group_batch, n_batches):
@@ -166,19 +184,30 @@ def _mainstream_rows(xp, trainable, unit, n_units, row, policy):
     """The row supplying each unit's reward: most trainable tokens (ties: earliest) or last."""
     if policy == "last":
         return xp.segment(unit, n_units, row, "amax")
+    n_rows = row.shape[0]
+    if int(trainable.max()) < INT64_MAX // n_rows - 1 and int(trainable.min()) >= 0:
+        # one reduction over a key ordering (most trainable, then earliest row)
+        score = trainable * n_rows + (n_rows - 1 - row)
+        return (n_rows - 1) - xp.segment(unit, n_units, score, "amax") % n_rows
     most = xp.segment(unit, n_units, trainable, "amax")
-    candidates = xp.where(trainable == xp.take(most, unit), row, row.shape[0])
+    candidates = xp.where(trainable == xp.take(most, unit), row, n_rows)
     return xp.segment(unit, n_units, candidates, "amin")
+
+
+def _any_per_segment(xp, ids, n, flags):
+    return xp.segment(ids, n, xp.astype(flags, "int64"), "amax") > 0
 
 
 def _group_problems(xp, inp, row, group, n_groups, group_batch, batch_problem):
     """A group inherits its batch's problem, else the problem of its first bad row."""
+    from_batch = xp.take(batch_problem, group_batch)
+    if not bool(inp.row_problem.any()):
+        return from_batch
     n_rows = row.shape[0]
     bad_rows = xp.where(inp.row_problem != 0, row, n_rows)
     first_bad = xp.segment(group, n_groups, bad_rows, "amin")
     has_bad = first_bad < n_rows
     row_problem = xp.where(has_bad, xp.take(inp.row_problem, xp.clip(first_bad, high=n_rows - 1)), 0)
-    from_batch = xp.take(batch_problem, group_batch)
     return xp.where(from_batch != 0, from_batch, row_problem)
 
 
@@ -209,10 +238,9 @@ def _rollout_ids(xp, group, n_groups, rollout_key, has_key):
     """Dense ids of rollouts: rows sharing a key inside a group; a keyless row is its own rollout."""
     if bool(has_key.all()):
         return _dense_pairs(xp, group, n_groups, rollout_key)
-    keyed_rows = xp.flatnonzero(has_key)
-    keyed, n_keyed = _dense_pairs(xp, xp.take(group, keyed_rows), n_groups, xp.take(rollout_key, keyed_rows))
+    keyed, n_keyed = _dense_pairs(xp, group[has_key], n_groups, rollout_key[has_key])
     ids = xp.cumsum(xp.astype(~has_key, "int64")) - 1 + n_keyed  # a keyless row is a rollout of its own
-    ids[keyed_rows] = keyed
+    ids[has_key] = keyed
     return ids, n_keyed + int((~has_key).sum())
 
 
@@ -235,8 +263,8 @@ def _dense_pairs(xp, segment, n_segments, key):
     span_f = xp.where(used, high_f - low_f + 1, xp.zeros(n_segments, "float64"))
     if float(span_f.sum()) <= TABLE_ROWS_FACTOR * key.shape[0] + 1024:
         span = xp.where(used, high - low + 1, xp.zeros(n_segments, "int64"))
-        offset = xp.cumsum(span) - span
-        slot = xp.take(offset, segment) + (key - xp.take(low, segment))
+        table_start = xp.cumsum(span) - span - low  # slot = segment's table offset + (key - its low)
+        slot = xp.take(table_start, segment) + key
         present = xp.zeros(int(span.sum()), "int64")
         present[slot] = 1
         ranks = xp.cumsum(present) - 1
