@@ -2,9 +2,25 @@
 from __future__ import annotations
 
 import argparse
+import atexit
+import os
 import sys
 
 EXIT_OK, EXIT_INTERNAL, EXIT_USAGE, EXIT_DEAD = 0, 1, 2, 3
+
+
+def entry() -> None:
+    """The console command: main(), then a quick exit.
+
+    Tearing the interpreter down after a run (Beam's, gRPC's and pyarrow's objects) took 0.4-0.5 s
+    and does nothing for the user: every output is committed by then. Exit handlers still run and
+    streams are flushed; an exception escaping main() exits the usual way, with its traceback.
+    """
+    code = main()
+    atexit._run_exitfuncs()  # noqa: SLF001 - what interpreter shutdown would run first
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 def main(argv: list[str] | None = None) -> int:
