@@ -443,8 +443,8 @@ def _final_loss_mask(table: pa.Table) -> pa.Array:
     mask = table.column("loss_mask") if "loss_mask" in table.column_names else None
     if mask is not None:
         mask = pc.cast(mask, pa.list_(pa.int32())).combine_chunks()
-        if mask.null_count == 0 and not remove.any():
-            return mask
+        if mask.null_count == 0:  # the usual case: every row has its mask; only removed rows change
+            return mask if not remove.any() else _zero_lists(mask, remove)
         has_mask = np.asarray(mask.is_valid())
         mask_len = _fill(pc.list_value_length(mask), 0)
     else:
@@ -458,4 +458,15 @@ def _final_loss_mask(table: pa.Table) -> pa.Array:
     if mask is not None and has_mask.any():
         values[has_mask[owner]] = np.asarray(pc.list_flatten(mask).to_numpy(zero_copy_only=False), dtype=np.int32)
     values[remove[owner]] = 0
+    return pa.ListArray.from_arrays(pa.array(offsets), pa.array(values))
+
+
+def _zero_lists(lists: pa.ListArray, rows: np.ndarray) -> pa.ListArray:
+    """lists with the lists of the flagged rows set to zeros (same lengths)."""
+    offsets = np.asarray(lists.offsets)
+    values = np.array(lists.values, dtype=np.int32)  # a copy: the input's buffers stay untouched
+    starts, ends = offsets[:-1][rows], offsets[1:][rows]
+    lengths = (ends - starts).astype(np.int64)
+    positions = np.repeat(starts - np.concatenate([[0], np.cumsum(lengths)[:-1]]), lengths) + np.arange(lengths.sum())
+    values[positions] = 0
     return pa.ListArray.from_arrays(pa.array(offsets), pa.array(values))

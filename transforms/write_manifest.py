@@ -31,5 +31,6 @@ class WriteManifest(beam.PTransform):
 
     def expand(self, stats):
         return (stats
-                | "CollectStats" >> beam.CombineGlobally(CollectFn())
+                # every input file yields a stat, so no default is needed (it would cost a side input)
+                | "CollectStats" >> beam.CombineGlobally(CollectFn()).without_defaults()
                 | "WriteManifestJson" >> beam.ParDo(self._fn))

@@ -4,7 +4,7 @@ import pyarrow as pa
 import pytest
 
 from transforms.core.config import CoreConfig
-from transforms.rows import extract_slim, relabel_batch, training_rows
+from transforms.rows import _final_loss_mask, extract_slim, relabel_batch, training_rows
 
 
 def slim_of(table, reward_key=None, source="f.parquet"):
@@ -108,6 +108,14 @@ def test_training_rows_keep_columns_in_place_and_replace_loss_mask():
     assert out.column("advantage").to_pylist() == [0.5, -0.5]  # an earlier relabel's column is replaced
     assert out.column("truncated").to_pylist() == [True, False]
     assert out.column("tokens").to_pylist() == [[1, 2], [3]]
+
+
+def test_final_loss_mask_zeroes_removed_rows_of_a_sliced_table():
+    # every row has a mask (the fast path); the slice makes the list offsets start past 0
+    table = pa.table({"loss_mask": [[1, 1], [1, 0, 1], [1], [0, 1]],
+                      "remove_sample": [False, True, False, True]}).slice(1)
+    assert _final_loss_mask(table).to_pylist() == [[0, 0, 0], [1], [0, 0]]
+    assert table.column("loss_mask").to_pylist() == [[1, 0, 1], [1], [0, 1]]  # the input is not modified
 
 
 def test_the_same_file_twice_in_one_batch_is_duplicate_rows():
