@@ -5,8 +5,8 @@
 #
 # It installs what it needs (a venv beside the repo's, from constraints.txt: on Linux torch==2.13.0
 # from PyPI is the CUDA build) unless the current python already has the project's dependencies and
-# a GPU, then prints: the GPU, the parity test (every semantics x estimator, CUDA against CPU within
-# 1e-5 and against the plain-Python reference), the CLI on --device cuda against --device cpu, and
+# a GPU, then prints: the GPU, the parity test (every semantics x estimator, the core's torch path on
+# CUDA against its numpy path on the CPU within 1e-5 and against the plain-Python reference), the CLI on --device cuda against --device cpu, and
 # the core's rows/s on the GPU for the benchmark's M dataset (1M rows).
 set -euo pipefail
 cd "$(dirname "$0")/.."
