@@ -39,7 +39,6 @@ class RelabelFileGroupFn(beam.DoFn):
 
     def setup(self):
         self._device = resolve_device(self._requested_device)
-        memory.use_system_allocator()
 
     def process(self, group):
         readable = []  # (record, lineage, completeness, table)
