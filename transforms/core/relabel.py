@@ -79,8 +79,7 @@ def _relabel(xp, inp: CoreInput, config: CoreConfig) -> CoreOutput:
         uniform = uniform & live_row
     rollout_mask_sum = xp.take(xp.segment(rollout, n_rollouts, inp.mask_sum, "sum"), rollout)
 
-    unit_live = xp.take(live_group, unit_group)
-    unit_batch = xp.take(group_batch, unit_group)
+    live_group_batch = group_batch[live_group]
     return CoreOutput(
         advantage=advantage,
         mainstream=mainstream,
@@ -88,8 +87,8 @@ def _relabel(xp, inp: CoreInput, config: CoreConfig) -> CoreOutput:
         rollout_mask_sum=rollout_mask_sum,
         problem=problem,
         uniform=uniform,
-        groups=xp.count(group_batch[live_group], inp.num_batches),
-        units=xp.count(unit_batch[unit_live], inp.num_batches),
+        groups=xp.count(live_group_batch, inp.num_batches),
+        units=xp.count(live_group_batch, inp.num_batches, weights=units_in_group[live_group]),
         uniform_groups=xp.count(group_batch[live_group & uniform_group], inp.num_batches),
     )
 
@@ -195,7 +194,7 @@ def _mainstream_rows(xp, trainable, unit, n_units, row, policy):
 
 
 def _any_per_segment(xp, ids, n, flags):
-    return xp.segment(ids, n, xp.astype(flags, "int64"), "amax") > 0
+    return xp.count(ids, n, weights=flags) > 0
 
 
 def _group_problems(xp, inp, row, group, n_groups, group_batch, batch_problem):
