@@ -54,6 +54,14 @@ def test_example4_ties_go_to_first_row(run):
     assert out.mainstream.tolist() == [True, False, True]
 
 
+def test_ties_go_to_first_row_when_token_counts_overflow_the_combined_key(run):
+    # 2**62 tokens cannot be packed with a row number into one int64: the two-reduction path decides
+    rows = [rollout(10, 2, trainable=2**62), rollout(10, 8, trainable=2**62), rollout(11, 6, trainable=1)]
+    out = run(rows, std_normalization=False)
+    assert out.mainstream.tolist() == [True, False, True]
+    assert out.advantage.tolist() == [-2, -2, 2]
+
+
 def test_example5_removed_row_has_no_trainable_tokens(run):
     # the adapter turns remove_sample into 0 trainable tokens; the kept row (4 tokens) wins
     rows = [rollout(10, 100, trainable=0), rollout(10, 2, trainable=4), rollout(11, 6, trainable=2)]
