@@ -25,8 +25,6 @@ INT64_MAX = int(np.iinfo(np.int64).max)
 class NumpyArrays:
     """numpy arrays: 1-D, int64 / float64 / float32 / bool."""
 
-    name = "numpy"
-
     def non_finite_allowed(self):
         """inf/nan in rows that end up dead are expected (the core flags them): no warnings."""
         return np.errstate(all="ignore")
@@ -85,9 +83,6 @@ class NumpyArrays:
     def clip(self, x, low=None, high=None):
         return np.clip(x, low, high)
 
-    def flatnonzero(self, x):
-        return np.flatnonzero(x)
-
     def concat(self, arrays):
         return np.concatenate(arrays)
 
@@ -101,8 +96,6 @@ class NumpyArrays:
 
 class TorchArrays:
     """torch tensors on one device; the same operations as NumpyArrays."""
-
-    name = "torch"
 
     def __init__(self, device):
         import torch
@@ -161,9 +154,6 @@ class TorchArrays:
 
     def clip(self, x, low=None, high=None):
         return x.clamp(min=low, max=high)
-
-    def flatnonzero(self, x):
-        return self._torch.nonzero(x).squeeze(1)
 
     def concat(self, arrays):
         return self._torch.cat(arrays)
