@@ -49,7 +49,8 @@ class RelabelOptions(PipelineOptions):
         group.add_argument("--n-samples-per-prompt", type=int, default=None)
         group.add_argument("--rollout-batch-size", type=int, default=None)
         group.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
-                           help="where the numeric core runs: cpu (numpy) or cuda (torch); auto picks cuda on workers that have one")
+                           help="where the numeric core runs: cpu (numpy) or cuda (torch); "
+                                "auto picks cuda on workers that have one")
         group.add_argument("--core-resource-hint", dest="core_resource_hints", action="append", default=None,
                            metavar="KEY=VALUE",
                            help="Beam resource hint for the stage running the numeric core, e.g. "
@@ -219,25 +220,30 @@ def pipeline_options(argv: list[str], command: str = "run") -> PipelineOptions:
     options = PipelineOptions(argv)
     if options.view_as(StandardOptions).runner is None:
         options.view_as(StandardOptions).runner = DEFAULT_RUNNER
-    if command in ("run", "compare") and options.view_as(StandardOptions).runner == DEFAULT_RUNNER:
-        _default_local_threads(options, argv)
-    if not any(a.split("=", 1)[0] in ("--pipeline_type_check", "--no_pipeline_type_check") for a in argv):
+    if (command in ("run", "compare") and options.view_as(StandardOptions).runner == DEFAULT_RUNNER
+            and not _given(argv, "--direct_running_mode", "--direct_num_workers")):
+        _default_local_threads(options)
+    if not _given(argv, "--pipeline_type_check", "--no_pipeline_type_check"):
         # our DoFns carry no type hints: Beam's inference only costs start-up time (~0.5 s)
         options.view_as(TypeOptions).pipeline_type_check = False
     return options
 
 
-def _default_local_threads(options: PipelineOptions, argv: list[str]) -> None:
-    """One worker thread per core (up to MAX_LOCAL_THREADS), unless the user chose how workers run."""
+def _given(argv: list[str], *flags: str) -> bool:
+    """Whether the user passed any of these flags (as --flag or --flag=value)."""
+    return any(a.split("=", 1)[0] in flags for a in argv)
+
+
+def _default_local_threads(options: PipelineOptions) -> None:
+    """One worker thread per core, up to MAX_LOCAL_THREADS (the user did not choose how workers run)."""
     from apache_beam.options.pipeline_options import DirectOptions
 
-    if any(a.split("=", 1)[0] in ("--direct_running_mode", "--direct_num_workers") for a in argv):
-        return
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    if min(cores, MAX_LOCAL_THREADS) > 1:
+    threads = min(cores, MAX_LOCAL_THREADS)
+    if threads > 1:
         direct = options.view_as(DirectOptions)
         direct.direct_running_mode = "multi_threading"
-        direct.direct_num_workers = min(cores, MAX_LOCAL_THREADS)
+        direct.direct_num_workers = threads
 
 
 class WatchOptions(PipelineOptions):

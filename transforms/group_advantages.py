@@ -23,7 +23,7 @@ def resolve_device(requested: str) -> str:
     "auto" imports torch only where an NVIDIA device node exists: a CPU worker never pays for torch.
     """
     if requested == "auto":
-        requested = "cuda" if _has_nvidia_device() and _torch_sees_cuda() else "cpu"
+        return "cuda" if _has_nvidia_device() and _torch_sees_cuda() else "cpu"
     if requested.startswith("cuda") and not _torch_sees_cuda():
         raise RuntimeError("--device cuda was requested but this worker has no CUDA device")
     return requested
