@@ -63,6 +63,16 @@ class NumpyArrays:
             np.maximum.at(out, ids, values)
         return out
 
+    def segment_sorted(self, ids, n, values, reduce):
+        """segment() for non-decreasing ids ("amin"/"amax"): each segment is one run, reduced in place."""
+        starts = np.searchsorted(ids, np.arange(n + 1, dtype=ids.dtype))
+        nonempty = starts[:-1] < starts[1:]
+        ufunc = np.minimum if reduce == "amin" else np.maximum
+        out = np.full(n, _largest(values.dtype) if reduce == "amin" else _smallest(values.dtype), dtype=values.dtype)
+        if ids.shape[0]:
+            out[nonempty] = ufunc.reduceat(values, starts[:-1][nonempty])
+        return out
+
     def count(self, ids, n, weights=None):
         if weights is None:
             return np.bincount(ids, minlength=n)
@@ -134,6 +144,9 @@ class TorchArrays:
         identity = _largest(dtype) if reduce == "amin" else _smallest(dtype)
         out = self._torch.full((n,), identity, dtype=values.dtype, device=values.device)
         return out.scatter_reduce_(0, ids, values, reduce=reduce, include_self=True)
+
+    def segment_sorted(self, ids, n, values, reduce):
+        return self.segment(ids, n, values, reduce)
 
     def count(self, ids, n, weights=None):
         if weights is None:

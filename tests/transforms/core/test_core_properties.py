@@ -8,6 +8,7 @@ normalization.
 """
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 import os
@@ -324,3 +325,26 @@ FIXED = {
 def test_fixed_cases_through_core(name, device):
     batches, config = FIXED[name]
     assert_core_matches_reference(batches, config, device)
+
+
+# ---------------------------------------------------------------- sparse keys take the sorting path
+
+SPREAD = 10**12  # keys this far apart overflow the dense key tables: ids come from sorting instead
+
+
+def _spread_keys(inp: CoreInput) -> CoreInput:
+    """The same input with group_index and rollout keys spread apart, their order kept."""
+    return dataclasses.replace(inp, group_index=inp.group_index * SPREAD + 7, rollout_key=inp.rollout_key * SPREAD - 3)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@settings(max_examples=int(20 * SCALE), **PROPERTY_SETTINGS)
+@given(scenario=SCENARIOS)
+def test_sparse_keys_relabel_like_compact_keys(device, scenario):
+    _, _, batches = scenario
+    inp = to_core_input(batches)
+    for config in (CoreConfig(), CoreConfig(semantics="group-index")):
+        compact, sparse = relabel_on(inp, config, device), relabel_on(_spread_keys(inp), config, device)
+        for field in dataclasses.fields(compact):
+            assert np.asarray(getattr(sparse, field.name)).tolist() == np.asarray(
+                getattr(compact, field.name)).tolist(), field.name

@@ -1,0 +1,33 @@
+"""The array backends' reductions: the run-based one for sorted ids must equal the scatter one."""
+import numpy as np
+from hypothesis import given
+from hypothesis import strategies as st
+
+from transforms.core.arrays import NumpyArrays
+
+xp = NumpyArrays()
+
+# sorted segment ids in [0, n) with empty segments anywhere (first, last, between), int or float values
+sorted_segments = st.integers(1, 12).flatmap(lambda n: st.tuples(
+    st.just(n),
+    st.lists(st.integers(0, n - 1), max_size=40).map(sorted),
+    st.sampled_from(["int64", "float64"]),
+))
+
+
+@given(sorted_segments, st.sampled_from(["amin", "amax"]), st.randoms(use_true_random=False))
+def test_segment_sorted_equals_segment(case, reduce, rng):
+    n, ids, dtype = case
+    ids = np.asarray(ids, dtype=np.int64)
+    values = np.asarray([rng.randint(-50, 50) for _ in ids], dtype=dtype)
+    got = xp.segment_sorted(ids, n, values, reduce)
+    assert got.dtype == values.dtype
+    assert got.tolist() == xp.segment(ids, n, values, reduce).tolist()
+
+
+def test_segment_sorted_gives_the_identity_to_empty_segments():
+    ids = np.asarray([1, 1, 3], dtype=np.int64)
+    values = np.asarray([5, 2, 7], dtype=np.int64)
+    big, small = np.iinfo(np.int64).max, np.iinfo(np.int64).min
+    assert xp.segment_sorted(ids, 5, values, "amin").tolist() == [big, 2, big, 7, big]
+    assert xp.segment_sorted(ids, 5, values, "amax").tolist() == [small, 5, small, 7, small]
