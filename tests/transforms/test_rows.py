@@ -4,7 +4,7 @@ import pyarrow as pa
 import pytest
 
 from transforms.core.config import CoreConfig
-from transforms.rows import _final_loss_mask, extract_slim, relabel_batch, training_rows
+from transforms.rows import _final_loss_mask, _list_sums, extract_slim, relabel_batch, training_rows
 
 
 def slim_of(table, reward_key=None, source="f.parquet"):
@@ -116,6 +116,27 @@ def test_final_loss_mask_zeroes_removed_rows_of_a_sliced_table():
                       "remove_sample": [False, True, False, True]}).slice(1)
     assert _final_loss_mask(table).to_pylist() == [[0, 0, 0], [1], [0, 0]]
     assert table.column("loss_mask").to_pylist() == [[1, 0, 1], [1], [0, 1]]  # the input is not modified
+
+
+def test_final_loss_mask_fills_null_masks_with_ones_of_the_response_length():
+    # sliced past the first row; a null mask, a negative and a null length, one removed row
+    table = pa.table({"loss_mask": pa.array([[1], None, [0, 1], None, None, [1, 1]], pa.list_(pa.int32())),
+                      "response_length": [1, 3, 2, -4, None, 2],
+                      "remove_sample": [False, False, False, False, False, True]}).slice(1)
+    assert _final_loss_mask(table).to_pylist() == [[1, 1, 1], [0, 1], [], [], [0, 0]]
+
+
+def test_final_loss_mask_without_the_column_is_all_ones():
+    table = pa.table({"response_length": [2, 0, 1], "remove_sample": [False, False, True]})
+    mask = _final_loss_mask(table)
+    assert mask.to_pylist() == [[1, 1], [], [0]]
+    assert mask.type == pa.list_(pa.int32())
+
+
+def test_list_sums_of_a_sliced_array_with_empty_and_null_lists():
+    lists = pa.array([[5, 5], [1, 2, 3], [], None, [4], [7, 7, 7]], pa.list_(pa.int32())).slice(1, 4)
+    assert _list_sums(lists).tolist() == [6, 0, 0, 4]
+    assert _list_sums(pa.array([[2**31 - 1, 2**31 - 1]], pa.list_(pa.int32()))).tolist() == [2**32 - 2]  # int64 sums
 
 
 def test_the_same_file_twice_in_one_batch_is_duplicate_rows():
