@@ -58,6 +58,10 @@ def extract_slim(table: pa.Table, source: str, reward_key: str | None) -> list[t
           lambda i: f"response of {max(length[i], mask_len[i])} tokens is over the {MAX_RESPONSE_TOKENS} limit")
     _flag(problem, details, has_mask & length_given & (mask_len != length), "mask-length",
           lambda i: f"len(loss_mask) is {mask_len[i]} but response_length is {length[i]}")
+    if mask is not None and mask.values.null_count:
+        null_tokens = _list_sums(pa.ListArray.from_arrays(mask.offsets, pc.cast(mask.values.is_null(), pa.int8())))
+        _flag(problem, details, has_mask & (null_tokens > 0), "null-mask-value",
+              lambda i: f"loss_mask holds {null_tokens[i]} null value(s) among its {mask_len[i]}")
     remove = _bool_column(table, "remove_sample")
     trainable = np.where(remove, 0, np.where(has_mask, mask_sum, np.maximum(length, 0)))
 
@@ -218,7 +222,10 @@ def _list_sums(lists) -> np.ndarray:
     """Per-row sums of a list<int> array (null lists sum to 0), added in int64 over the flat values."""
     lists = lists.combine_chunks() if isinstance(lists, pa.ChunkedArray) else lists
     offsets = np.asarray(lists.offsets, dtype=np.int64)
-    values = lists.values.to_numpy(zero_copy_only=False)[:offsets[-1]]  # a sliced array's values run on
+    values = lists.values
+    if values.null_count:  # their rows are flagged (null-mask-value); 0 keeps the sums integers
+        values = pc.fill_null(values, 0)
+    values = values.to_numpy(zero_copy_only=False)[:offsets[-1]]  # a sliced array's values run on
     starts, nonempty = offsets[:-1], offsets[:-1] < offsets[1:]
     sums = np.zeros(len(lists), dtype=np.int64)
     if nonempty.any():  # each non-empty list runs from its start to the next one's: reduceat's segments

@@ -106,6 +106,8 @@ CASES = [
     ("negative-length", parquet(base(response_length=[2] * 7 + [-3], loss_mask=None)), [], "negative-length",
      GROUP1),
     ("mask-length", parquet(base(loss_mask=set_row("loss_mask", 2, [1, 1, 1]))), [], "mask-length", [0, 1, 2, 3]),
+    ("null-in-loss-mask", parquet(base(loss_mask=set_row("loss_mask", 6, [1, None]))), [], "null-mask-value",
+     GROUP1),
     ("absurd-length", parquet(base(response_length=[2] * 7 + [10 ** 12], loss_mask=None)), [], "value-too-large",
      GROUP1),
     ("ill-typed-group-index", parquet(base(group_index=["a"] * 8)), [], "ill-typed-column", ALL),

@@ -27,6 +27,7 @@ REASONS = (
     "value-too-large",
     "late-batch-file",   # relabel watch: a file for a step already relabelled from other files
     "incomplete-group",  # row streams: a prompt group that did not complete before its timeout
+    "null-mask-value",   # a null inside loss_mask: whether that token trains cannot be decided
 )
 CODE = {name: i for i, name in enumerate(REASONS)}
 
