@@ -27,15 +27,16 @@ def batch_stat(counters):
     return dict(counters, kind="batch")
 
 
-def build(p: beam.Pipeline, settings: RunSettings, files: list[InputFile]):
+def build(p: beam.Pipeline, settings: RunSettings, files: list[InputFile], groups=None):
     """Add the relabel graph to `p`; returns the PCollection holding the manifest dict.
 
     Only the stages the inputs need are built: the shuffle path exists only when
     some group of files is too big for one worker, filtered.parquet only with
     --drop-uniform-groups (every unused stage costs start-up time on every runner).
+    `groups`: group_by_batch_sharing(files), when the caller has it already.
     """
     lineage = dict(settings.semantics_record(), fingerprint=settings.fingerprint())
-    groups, shared = group_by_batch_sharing(files)
+    groups, shared = groups or group_by_batch_sharing(files)  # (one-pass groups, shuffle-path files)
 
     one_pass = (p | "ListFileGroups" >> beam.Create([[f.record() for f in g] for g in groups])
                 | "RelabelFileGroups" >> RelabelFileGroups(

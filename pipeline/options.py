@@ -2,21 +2,16 @@
 from __future__ import annotations
 
 import argparse
-import os
 import re
 from dataclasses import dataclass
 
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions, TypeOptions
 
+from pipeline.local_threads import MAX_LOCAL_THREADS, cores
 from pipeline.settings import CompareSettings, RunSettings
 from transforms.core.config import MAINSTREAM_POLICIES, ROW_UNIT_SEMANTICS, SEMANTICS, CoreConfig
 
 DEFAULT_RUNNER = "FnApiRunner"  # in-process; the DirectRunner would try to download Prism
-# Worker threads of the in-process runner for `run` and `compare`: pyarrow reads, compresses and
-# writes without the GIL, so threads overlap one file group's I/O with another's (1M rows: 9.4 s
-# on one thread, 6.8 s on two, byte-identical output). Each thread holds one file group in memory,
-# hence the cap.
-MAX_LOCAL_THREADS = 4
 
 # Dataflow's grammar for worker_accelerator and the accelerator resource hint
 ACCELERATOR = re.compile(r"type:[A-Za-z0-9_<>-]+;count:[1-9][0-9]*(;[a-z0-9-]+(:[^;]+)?)*")
@@ -220,9 +215,8 @@ def pipeline_options(argv: list[str], command: str = "run") -> PipelineOptions:
     options = PipelineOptions(argv)
     if options.view_as(StandardOptions).runner is None:
         options.view_as(StandardOptions).runner = DEFAULT_RUNNER
-    if (command in ("run", "compare") and options.view_as(StandardOptions).runner == DEFAULT_RUNNER
-            and not _given(argv, "--direct_running_mode", "--direct_num_workers")):
-        _default_local_threads(options)
+    if owns_local_threads(argv, options, command):
+        use_local_threads(options, min(cores(), MAX_LOCAL_THREADS))  # `run` lowers it once inputs are known
     if not _given(argv, "--pipeline_type_check", "--no_pipeline_type_check"):
         # our DoFns carry no type hints: Beam's inference only costs start-up time (~0.5 s)
         options.view_as(TypeOptions).pipeline_type_check = False
@@ -234,16 +228,19 @@ def _given(argv: list[str], *flags: str) -> bool:
     return any(a.split("=", 1)[0] in flags for a in argv)
 
 
-def _default_local_threads(options: PipelineOptions) -> None:
-    """One worker thread per core, up to MAX_LOCAL_THREADS (the user did not choose how workers run)."""
+def owns_local_threads(argv: list[str], options: PipelineOptions, command: str) -> bool:
+    """Whether the worker threads are ours to choose: the default local runner, neither flag given."""
+    return (command in ("run", "compare") and options.view_as(StandardOptions).runner == DEFAULT_RUNNER
+            and not _given(argv, "--direct_running_mode", "--direct_num_workers"))
+
+
+def use_local_threads(options: PipelineOptions, threads: int) -> None:
+    """Run on `threads` in-process worker threads (one: the plain in-memory runner, no gRPC workers)."""
     from apache_beam.options.pipeline_options import DirectOptions
 
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    threads = min(cores, MAX_LOCAL_THREADS)
-    if threads > 1:
-        direct = options.view_as(DirectOptions)
-        direct.direct_running_mode = "multi_threading"
-        direct.direct_num_workers = threads
+    direct = options.view_as(DirectOptions)
+    direct.direct_running_mode = "multi_threading" if threads > 1 else "in_memory"
+    direct.direct_num_workers = threads
 
 
 class WatchOptions(PipelineOptions):

@@ -1,16 +1,19 @@
 """run(argv): options -> inputs -> output directory checks -> pipeline -> manifest -> outcome."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
+from apache_beam.options.pipeline_options import DirectOptions
 
 from pipeline import manifest as manifest_lib
 from pipeline import progress
 from pipeline.graph import DEAD_LETTERS_NAME, FILTERED_NAME, build
 from pipeline.inputs import expand_inputs
-from pipeline.options import UsageError, pipeline_options, settings_from_options
+from pipeline.local_threads import available_memory, local_thread_count
+from pipeline.options import UsageError, owns_local_threads, pipeline_options, settings_from_options, use_local_threads
+from pipeline.plan import group_by_batch_sharing, read_footers
 from pipeline.run_config import expand_config
 from pipeline.runner_checks import RunnerCheck, check_runner
 from transforms import sinks
@@ -49,8 +52,12 @@ class RunOutcome:
 
 
 def parse(argv: list[str], command: str = "run"):
-    options = pipeline_options(expand_config(list(argv)), command)
-    return options, settings_from_options(options)
+    argv = expand_config(list(argv))
+    options = pipeline_options(argv, command)
+    settings = settings_from_options(options)
+    if owns_local_threads(argv, options, command):
+        settings = replace(settings, local_threads=options.view_as(DirectOptions).direct_num_workers)
+    return options, settings
 
 
 def run(argv: list[str], test_pipeline: beam.Pipeline | None = None) -> RunOutcome:
@@ -81,12 +88,18 @@ def run(argv: list[str], test_pipeline: beam.Pipeline | None = None) -> RunOutco
     elif not settings.dry_run:
         _check_partial_output(output, files, settings)
 
+    footers = read_footers(files)
+    groups = group_by_batch_sharing(files, footers=footers)
+    if settings.local_threads:
+        group_bytes = [sum(footers[f.path].decoded_bytes for f in group) for group in groups[0]]
+        use_local_threads(options, local_thread_count(settings.local_threads, group_bytes, available_memory(),
+                                                      shuffled=bool(groups[1])))
     if settings.dry_run:
-        return RunOutcome(0, output, None, [plan(options, settings, files, runner_check)])
+        return RunOutcome(0, output, None, [plan(options, settings, files, runner_check, groups)])
 
     FileSystems.mkdirs(output) if not FileSystems.exists(output) else None
     pipeline = test_pipeline if test_pipeline is not None else beam.Pipeline(options=options)
-    build(pipeline, settings, files)
+    build(pipeline, settings, files, groups)
     try:
         with progress.showing(progress.part_files(output, [f.output for f in files]), len(files), "relabel run",
                               settings.progress):
@@ -135,12 +148,12 @@ def remove_run_outputs(output: str, part_names) -> None:
     sinks.delete_existing(paths)
 
 
-def plan(options, settings, files, runner_check: RunnerCheck) -> str:
+def plan(options, settings, files, runner_check: RunnerCheck, groups) -> str:
     """Build the graph with the run's options, prove it serializes for workers, and describe it."""
     from apache_beam.pipeline import PipelineVisitor
 
     pipeline = beam.Pipeline(runner="FnApiRunner", options=options)
-    build(pipeline, settings, files)
+    build(pipeline, settings, files, groups)
     pipeline.to_runner_api()  # pickles every DoFn, as submitting to a remote runner would
     lines = [f"dry run: runner {runner_check.runner} ({runner_check.family}), {len(files)} input files, "
              f"output {settings.output}, fingerprint {settings.fingerprint()}",

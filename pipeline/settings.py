@@ -37,6 +37,8 @@ class RunSettings:
     core_resource_hints: tuple[tuple[str, str], ...] = ()
     progress: bool | None = None  # None: when stderr is a terminal
     version: str = field(default_factory=project_version)
+    # the local runner's worker threads when ours to choose (the most to use), else None
+    local_threads: int | None = None
 
     def semantics_record(self) -> dict:
         """What made every training row: goes into Parquet metadata and the manifest."""
