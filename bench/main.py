@@ -165,7 +165,7 @@ def core_micro(input_dir: str) -> dict:
     log("[core] micro-benchmark of transforms.core.relabel.relabel ...")
     path = os.path.join(LOG_DIR, "core-micro.log")
     env = dict(os.environ, PYTHONPATH=ROOT)
-    proc = subprocess.run([sys.executable, "-m", "bench.core_micro", input_dir, "--repeat", "5"], cwd=ROOT,
+    proc = subprocess.run([sys.executable, "-m", "bench.core_micro", input_dir, "--repeat", "10"], cwd=ROOT,
                           env=env, capture_output=True, text=True)
     with open(path, "w") as f:
         f.write(proc.stdout + proc.stderr)

@@ -193,8 +193,12 @@ def _mainstream_rows(xp, trainable, unit, n_units, row, policy):
     n_rows = row.shape[0]
     if int(trainable.max()) < INT64_MAX // n_rows - 1 and int(trainable.min()) >= 0:
         # one reduction over a key ordering (most trainable, then earliest row)
-        score = trainable * n_rows + (n_rows - 1 - row)
-        return (n_rows - 1) - xp.segment(unit, n_units, score, "amax") % n_rows
+        score = trainable * n_rows  # in place from here: each temporary of N int64 costs a pass
+        score += n_rows - 1
+        score -= row
+        best = xp.segment(unit, n_units, score, "amax")
+        best %= n_rows
+        return (n_rows - 1) - best
     most = xp.segment(unit, n_units, trainable, "amax")
     candidates = xp.where(trainable == xp.take(most, unit), row, n_rows)
     return xp.segment(unit, n_units, candidates, "amin")
