@@ -40,7 +40,7 @@ def local_thread_count(most: int, group_bytes: list[int], available: int | None,
     return max(1, threads)
 
 
-def available_memory(cgroup: str = "/sys/fs/cgroup") -> int | None:
+def available_memory(cgroup: str = "/sys/fs/cgroup") -> int:
     """Bytes this process may still use: the machine's available memory, or less under a cgroup v2 limit."""
     import psutil
 

@@ -89,11 +89,11 @@ def run(argv: list[str], test_pipeline: beam.Pipeline | None = None) -> RunOutco
         _check_partial_output(output, files, settings)
 
     footers = read_footers(files)
-    groups = group_by_batch_sharing(files, footers=footers)
+    one_pass, shared = groups = group_by_batch_sharing(files, footers=footers)
     if settings.local_threads:
-        group_bytes = [sum(footers[f.path].decoded_bytes for f in group) for group in groups[0]]
+        group_bytes = [sum(footers[f.path].decoded_bytes for f in group) for group in one_pass]
         use_local_threads(options, local_thread_count(settings.local_threads, group_bytes, available_memory(),
-                                                      shuffled=bool(groups[1])))
+                                                      shuffled=bool(shared)))
     if settings.dry_run:
         return RunOutcome(0, output, None, [plan(options, settings, files, runner_check, groups)])
 
