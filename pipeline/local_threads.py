@@ -31,11 +31,10 @@ def local_thread_count(most: int, group_bytes: list[int], available: int | None,
 
     `shuffled`: some files take the shuffle path, whose many small bundles use every thread.
     """
-    threads = most if shuffled else min(most, max(1, len(group_bytes)))
-    if available is None:
-        return max(1, threads)
+    threads = most if shuffled else min(most, len(group_bytes))
     largest = sorted(group_bytes, reverse=True)
-    while threads > 1 and GROUP_MEMORY_FACTOR * sum(largest[:threads]) > MEMORY_SHARE * available:
+    while (threads > 1 and available is not None
+           and GROUP_MEMORY_FACTOR * sum(largest[:threads]) > MEMORY_SHARE * available):
         threads -= 1
     return max(1, threads)
 
