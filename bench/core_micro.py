@@ -1,7 +1,7 @@
-"""Micro-benchmark of the numeric core: transforms.core.relabel.relabel on one ~1M-row CoreInput.
+"""Micro-benchmark of the numeric core: transforms.core.advantages.relabel on one ~1M-row CoreInput.
 
 The CoreInput is built in-process from a dataset's files with the pipeline's
-own adapter (transforms.rows.extract_slim), every batch at once, as
+own adapter (transforms.lib.slim.extract_slim), every batch at once, as
 relabel_batch builds it for one batch. Only the core call is timed: best of
 `repeat` after one warm-up call, on numpy (the pipeline's CPU path) in one
 call over all batches and in one call per batch (as the pipeline's DoFns
@@ -29,9 +29,10 @@ import pyarrow.parquet as pq
 from bench.datasets import input_files
 from transforms.core.arrays import TORCH_CPU
 from transforms.core.config import CoreConfig
-from transforms.core.relabel import relabel
+from transforms.core.advantages import compute_advantages
 from transforms.core.types import CoreInput
-from transforms.rows import core_input_from_slim, extract_slim
+from transforms.lib.label_batch import core_input_from_slim
+from transforms.lib.slim import extract_slim
 
 
 def build_core_input(directory: str) -> CoreInput:
@@ -90,11 +91,11 @@ def split_batches(inp: CoreInput) -> list[CoreInput]:
 def _best_of(inputs: list[CoreInput], config, repeat) -> dict:
     """Best time of relabelling every input (one call each) after a warm-up."""
     for inp in inputs:
-        relabel(inp, config)
+        compute_advantages(inp, config)
     times = []
     for _ in range(repeat):
         t = time.perf_counter()
-        outs = [relabel(inp, config) for inp in inputs]
+        outs = [compute_advantages(inp, config) for inp in inputs]
         times.append(time.perf_counter() - t)
     rows = sum(inp.num_rows for inp in inputs)
     return {"times_s": times, "best_s": min(times), "rows_per_s": rows / min(times), "calls": len(inputs),
@@ -106,12 +107,12 @@ def device_main(args) -> None:
     inp = build_core_input(args.directory)
     on_device = inp.to(args.device)
     config = CoreConfig()
-    relabel(on_device, config)  # warm-up: kernels load and the caching allocator fills
+    compute_advantages(on_device, config)  # warm-up: kernels load and the caching allocator fills
     torch.cuda.synchronize()
     times = []
     for _ in range(args.repeat):
         t = time.perf_counter()
-        relabel(on_device, config)
+        compute_advantages(on_device, config)
         torch.cuda.synchronize()
         times.append(time.perf_counter() - t)
     best = min(times)

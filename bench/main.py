@@ -84,18 +84,18 @@ def count_rows(directory: str) -> int:
 # ------------------------------------------------------------------ check
 
 def check_writer_options(directory: str) -> None:
-    """The floor and loop peer replicate transforms.sinks.parquet_write_options (to avoid importing Beam)."""
+    """The floor and loop peer replicate transforms.lib.output_files.parquet_write_options (to avoid importing Beam)."""
     import logging
     logging.getLogger().setLevel(logging.ERROR)  # Beam's import-time warnings
     from bench.peers.common import parquet_write_options as replica
-    from transforms.sinks import parquet_write_options as pipeline_options
+    from transforms.lib.output_files import parquet_write_options as pipeline_options
 
     for name in os.listdir(directory):
         if name.startswith("part-"):
             schema = pq.read_schema(os.path.join(directory, name))
             if replica(schema) != pipeline_options(schema):
                 raise SystemExit(f"bench/peers/common.parquet_write_options {replica(schema)} no longer matches "
-                                 f"transforms.sinks.parquet_write_options {pipeline_options(schema)}: update the replica")
+                                 f"transforms.lib.output_files.parquet_write_options {pipeline_options(schema)}: update the replica")
             return
 
 
@@ -144,7 +144,7 @@ def startup(input_dir: str, repeat: int = 3) -> dict:
     tmp_out = os.path.join(RUNS_DIR, "dry-run")
     commands = {
         "python -c pass (interpreter)": [sys.executable, "-c", "pass"],
-        "python -c 'import pipeline.runner'": [sys.executable, "-c", "import pipeline.runner"],
+        "python -c 'import pipeline.run'": [sys.executable, "-c", "import pipeline.run"],
         "relabel run --dry-run (S inputs)": relabel_command() + ["run", "--dry-run", "--input", input_dir,
                                                                "--output", tmp_out],
     }
@@ -162,7 +162,7 @@ def startup(input_dir: str, repeat: int = 3) -> dict:
 
 
 def core_micro(input_dir: str) -> dict:
-    log("[core] micro-benchmark of transforms.core.relabel.relabel ...")
+    log("[core] micro-benchmark of transforms.core.advantages.relabel ...")
     path = os.path.join(LOG_DIR, "core-micro.log")
     env = dict(os.environ, PYTHONPATH=ROOT)
     proc = subprocess.run([sys.executable, "-m", "bench.core_micro", input_dir, "--repeat", "10"], cwd=ROOT,
@@ -308,8 +308,8 @@ def report(args, env, results, load_before, load_after, started, elapsed) -> str
         c = results["core"]
         md.append("## Numeric core")
         md.append("")
-        md.append(f"transforms.core.relabel.relabel on one CoreInput of {c['rows']:,} rows ({c['batches']} batches, "
-                  f"dataset M, built in-process with transforms.rows.extract_slim), numpy {c['numpy']} (the "
+        md.append(f"transforms.core.advantages.relabel on one CoreInput of {c['rows']:,} rows ({c['batches']} batches, "
+                  f"dataset M, built in-process with transforms.lib.slim.extract_slim), numpy {c['numpy']} (the "
                   f"pipeline's CPU path) and torch {c['torch']} on CPU (the GPU path's code); "
                   f"only the core call timed, best of {len(c['times_s'])} after a warm-up call:")
         md.append("")

@@ -1,87 +1,84 @@
-"""`relabel`: run | compare | watch | demo | schema (also `python -m pipeline`)."""
+"""`relabel`: run | watch | compare | demo | schema (also `python -m pipeline`).
+
+The process edge: exit codes come from ExitCode and the error types in
+transforms/lib/errors.py; a usage error is one line on stderr.
+"""
 from __future__ import annotations
 
 import argparse
-import atexit
-import os
+import logging
 import sys
 
-EXIT_OK, EXIT_INTERNAL, EXIT_USAGE, EXIT_DEAD = 0, 1, 2, 3
+from transforms.lib.errors import ExitCode, UsageError
+
+COMMANDS = {
+    "run": "relabel stored rollouts into Parquet training rows",
+    "watch": "relabel rollout files as they land in a folder",
+    "compare": "compare two labelings of the same rollouts: report.json, report.md, plots",
+    "demo": "generate a small realistic rollout set and relabel it",
+    "schema": "print the input, training-row and dead-letter schemas",
+}
 
 
 def entry() -> None:
-    """The console command: main(), then a quick exit.
+    """The console command: main(), then a quick exit (pipeline/beam_internals.py says why)."""
+    from pipeline.beam_internals import quick_exit
 
-    Tearing the interpreter down after a run (Beam's, gRPC's and pyarrow's objects) took 0.4-0.5 s
-    and does nothing for the user: every output is committed by then. Exit handlers still run and
-    streams are flushed; an exception escaping main() exits the usual way, with its traceback.
-    """
     code = main()
-    atexit._run_exitfuncs()  # noqa: SLF001 - what interpreter shutdown would run first
     sys.stdout.flush()
     sys.stderr.flush()
-    os._exit(code)
+    quick_exit(code)
 
 
 def main(argv: list[str] | None = None) -> int:
-    import logging
     logging.basicConfig(level=logging.ERROR)  # Beam's import-time warnings are not the user's business
     argv = list(sys.argv[1:] if argv is None else argv)
-    parser = argparse.ArgumentParser(prog="relabel", description=__doc__)
+    command, rest = (argv[0], argv[1:]) if argv and argv[0] in COMMANDS else (None, argv)
+    if command in ("run", "watch", "compare"):
+        return pipeline_command(command, rest)
+    parser = argparse.ArgumentParser(prog="relabel", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("run", help="relabel stored rollouts into Parquet training rows", add_help=False)
-    sub.add_parser("watch", help="relabel rollout files as they land in a folder", add_help=False)
-    demo = sub.add_parser("demo", help="generate a small realistic rollout set and relabel it")
+    for name, text in COMMANDS.items():
+        sub.add_parser(name, help=text, add_help=name in ("demo", "schema"))
+    demo = sub.choices["demo"]
     demo.add_argument("--workdir", default="demo_run")
     demo.add_argument("--seed", type=int, default=0)
-    sub.add_parser("compare", help="compare two labelings of the same rollouts: report.json, report.md, plots",
-                   add_help=False)
-    sub.add_parser("schema", help="print the input, training-row and dead-letter schemas")
-    if argv[:1] in (["run"], ["watch"]):
-        return run_command(argv[1:], watch=argv[0] == "watch")
-    if argv[:1] == ["compare"]:
-        return compare_command(argv[1:])
     args = parser.parse_args(argv)
     if args.command == "schema":
         import schemas
         print(schemas.describe())
-        return EXIT_OK
+        return ExitCode.OK
     from pipeline.demo import run_demo
     return run_demo(args.workdir, seed=args.seed)
 
 
-def run_command(argv: list[str], watch: bool = False) -> int:
+def pipeline_command(command: str, argv: list[str]) -> int:
+    """run, watch and compare: own help, Beam's help, usage errors as one line.
+
+    Each command imports its module when called: `relabel schema` and the help never import Beam's runners.
+    """
+    from pipeline.options import PARSERS
+    from pipeline.parse import print_beam_help
+
     if "-h" in argv or "--help" in argv:
-        from pipeline.options import full_parser
-        full_parser("watch" if watch else "run").print_help()
-        return EXIT_OK
-    from pipeline.runner import RunOutcome, run
-    from pipeline.options import UsageError
+        PARSERS[command]().print_help()
+        return ExitCode.OK
+    if "--help-beam" in argv:
+        print_beam_help()
+        return ExitCode.OK
     try:
-        if watch:
-            from pipeline.watch import run_watch
-            outcome: RunOutcome = run_watch(argv)
-        else:
+        if command == "run":
+            from pipeline.run import run
             outcome = run(argv)
+        elif command == "watch":
+            from pipeline.watch import run_watch
+            outcome = run_watch(argv)
+        else:
+            from pipeline.compare import compare
+            outcome = compare(argv)
     except UsageError as error:
         print(f"relabel: error: {error}", file=sys.stderr)
-        return EXIT_USAGE
-    print(outcome.summary())
-    return outcome.exit_code
-
-
-def compare_command(argv: list[str]) -> int:
-    if "-h" in argv or "--help" in argv:
-        from pipeline.options import full_parser
-        full_parser("compare").print_help()
-        return EXIT_OK
-    from pipeline.compare import CompareOutcome, compare
-    from pipeline.options import UsageError
-    try:
-        outcome: CompareOutcome = compare(argv)
-    except UsageError as error:
-        print(f"relabel: error: {error}", file=sys.stderr)
-        return EXIT_USAGE
+        return ExitCode.USAGE
     print(outcome.summary())
     return outcome.exit_code
 

@@ -1,25 +1,27 @@
 """compare(argv): options -> inputs -> one pipeline labelling every batch under A and B -> report.
 
 Every input is read once (slim columns only); the report directory receives report.json,
-report.md and the plots (transforms/comparison_report.py).
+report.md and the plots (transforms/lib/compare_report.py).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 import apache_beam as beam
-from apache_beam.io.filesystems import FileSystems
 
 from pipeline import progress
-from pipeline.inputs import expand_inputs
-from pipeline.options import UsageError, compare_settings_from_options, pipeline_options
-from pipeline.plan import group_by_batch_sharing
-from pipeline.run_config import expand_config
-from pipeline.settings import CompareSettings
-from transforms import sinks
-from transforms.compare_labelings import BATCHES, FILES, GROUPS, POINTS, CompareLabelings
-from transforms.comparison_report import PLOTS, REPORT_JSON, REPORT_MD, side_text, totals_rows
-from transforms.write_comparison_report import WriteComparisonReport
+from pipeline.local_threads import claim_local_threads
+from pipeline.parse import Parsed, parse
+from pipeline.settings import compare_settings
+from transforms.compare_labelings import CompareLabelings
+from transforms.lib import filesystem, output_files
+from transforms.lib.compare_report import PLOTS, REPORT_JSON, REPORT_MD, side_text, totals_rows
+from transforms.lib.errors import ExitCode, UsageError
+from transforms.lib.inputs import expand_inputs
+from transforms.lib.plan import group_by_batch_sharing
+from transforms.lib.records import BATCHES, FILES, GROUPS, POINTS
+from transforms.lib.settings import CompareSettings
+from transforms.write_compare_report import WriteCompareReport
 
 PROGRESS_DIR = ".progress"
 STEPS_SHOWN = 10
@@ -27,7 +29,7 @@ STEPS_SHOWN = 10
 
 @dataclass
 class CompareOutcome:
-    exit_code: int
+    exit_code: ExitCode
     report_dir: str
     report: dict | None
 
@@ -47,14 +49,16 @@ class CompareOutcome:
                              f"{str(s['nonzero_a']) + ' -> ' + str(s['nonzero_b']):>16}")
             if len(steps) > STEPS_SHOWN:
                 lines.append(f"{'':>8} ... {len(steps) - STEPS_SHOWN} more steps in {REPORT_MD}")
-        lines += ["", f"report      {FileSystems.join(self.report_dir, REPORT_MD)} (+ {REPORT_JSON}, "
+        lines += ["", f"report      {filesystem.join(self.report_dir, REPORT_MD)} (+ {REPORT_JSON}, "
                       f"{', '.join(PLOTS)})"]
         return "\n".join(lines)
 
 
-def parse(argv: list[str]) -> tuple[object, CompareSettings]:
-    options = pipeline_options(expand_config(list(argv)), command="compare")
-    return options, compare_settings_from_options(options)
+def parse_compare(argv: list[str]) -> tuple[Parsed, CompareSettings]:
+    parsed = parse("compare", argv)
+    settings = compare_settings(parsed.args)
+    claim_local_threads("compare", parsed)
+    return parsed, settings
 
 
 def build(p: beam.Pipeline, settings: CompareSettings, files, progress_dir: str | None):
@@ -63,33 +67,31 @@ def build(p: beam.Pipeline, settings: CompareSettings, files, progress_dir: str 
     groups, _ = group_by_batch_sharing(files, max_group_bytes=float("inf"))
     records = [[dict(f.record(), name=f.output[len("part-"):-len(".parquet")]) for f in group] for group in groups]
     results = (p | "ListFileGroups" >> beam.Create(records)
-               | "CompareLabelings" >> CompareLabelings(settings.a, settings.b, settings.reward_key,
-                                                        settings.device, progress_dir))
+               | "CompareLabelings" >> CompareLabelings(settings, progress_dir))
     outputs = {kind: results[kind] for kind in (BATCHES, FILES, GROUPS, POINTS)}
-    return outputs | "WriteComparisonReport" >> WriteComparisonReport(
+    return outputs | "WriteCompareReport" >> WriteCompareReport(
         settings.report, settings.a.record(), settings.b.record())
 
 
 def compare(argv: list[str], test_pipeline: beam.Pipeline | None = None) -> CompareOutcome:
-    options, settings = parse(argv)
+    parsed, settings = parse_compare(argv)
     files = expand_inputs(settings.inputs, settings.report)
     if not files:
         raise UsageError(f"no .pt or .parquet files found under {' '.join(settings.inputs)}")
     report_dir = settings.report
-    if not FileSystems.exists(report_dir):
-        FileSystems.mkdirs(report_dir)
-    progress_dir = FileSystems.join(report_dir, PROGRESS_DIR)
-    sinks.delete_existing([progress_dir, FileSystems.join(report_dir, REPORT_JSON)])
-    pipeline = test_pipeline if test_pipeline is not None else beam.Pipeline(options=options)
+    filesystem.mkdirs(report_dir)
+    progress_dir = filesystem.join(report_dir, PROGRESS_DIR)
+    filesystem.delete_existing([progress_dir, filesystem.join(report_dir, REPORT_JSON)])
+    pipeline = test_pipeline if test_pipeline is not None else beam.Pipeline(options=parsed.options)
     build(pipeline, settings, files, progress_dir)
     with progress.showing(progress.committed_records(progress_dir), len(files), "relabel compare",
                           settings.progress):
         pipeline.run().wait_until_finish()
-    sinks.delete_existing([progress_dir])
-    report = sinks.read_json(FileSystems.join(report_dir, REPORT_JSON))
+    filesystem.delete_existing([progress_dir])
+    report = output_files.read_json(filesystem.join(report_dir, REPORT_JSON))
     if report is None:
-        return CompareOutcome(1, report_dir, None)
+        return CompareOutcome(ExitCode.INTERNAL, report_dir, None)
     totals = report["totals"]
     dead = totals["dead_a"] + totals["dead_b"] + totals["files_unreadable"]
-    return CompareOutcome(3 if dead else 0, report_dir, report)
+    return CompareOutcome(ExitCode.DEAD_LETTERS if dead else ExitCode.OK, report_dir, report)
 

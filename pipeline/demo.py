@@ -5,6 +5,7 @@ import os
 import shutil
 
 from pipeline.generate import RunSpec, write_parquet_run, write_pt_run
+from pipeline.run import run
 
 DATASETS = (
     # (folder, how it is written, extra run options)
@@ -31,8 +32,6 @@ def generate_demo(workdir: str, seed: int = 0) -> dict[str, str]:
 
 
 def run_demo(workdir: str, seed: int = 0) -> int:
-    from pipeline.runner import run
-
     folders = generate_demo(workdir, seed)
     worst = 0
     for name, _, extra in DATASETS:

@@ -1,30 +1,20 @@
-"""The top-level pipeline: build(p, ...) wires the stages; run() builds and runs it."""
+"""The `relabel run` pipeline: build(p, settings, files) wires the stages; pipeline/run.py runs it."""
 from __future__ import annotations
 
 import apache_beam as beam
 
-from pipeline.inputs import InputFile
-from pipeline.plan import group_by_batch_sharing
-from pipeline.settings import RunSettings
 from transforms.gather_batches import GatherBatches
 from transforms.group_advantages import GroupAdvantages
 from transforms.join_and_write import JoinAndWrite
+from transforms.lib.inputs import InputFile
+from transforms.lib.output_dir import DEAD_LETTERS_NAME, FILTERED_NAME
+from transforms.lib.plan import group_by_batch_sharing
+from transforms.lib.records import COUNTERS, DEAD, FILES, FILTERED, RESULTS, SLIM, STATS
+from transforms.lib.settings import RunSettings
 from transforms.read_rollouts import ReadRollouts
-from transforms.relabel_files import RelabelFileGroups
+from transforms.relabel_file_groups import RelabelFileGroups
 from transforms.write_manifest import WriteManifest
 from transforms.write_records import WriteRecords
-
-DEAD_LETTERS_NAME = "dead_letters.parquet"
-FILTERED_NAME = "filtered.parquet"
-
-
-def read_stat(element):
-    source, record = element
-    return dict(record, kind="read", source=source)
-
-
-def batch_stat(counters):
-    return dict(counters, kind="batch")
 
 
 def build(p: beam.Pipeline, settings: RunSettings, files: list[InputFile], groups=None):
@@ -35,48 +25,47 @@ def build(p: beam.Pipeline, settings: RunSettings, files: list[InputFile], group
     --drop-uniform-groups (every unused stage costs start-up time on every runner).
     `groups`: group_by_batch_sharing(files), when the caller has it already.
     """
-    lineage = dict(settings.semantics_record(), fingerprint=settings.fingerprint())
     groups, shared = groups or group_by_batch_sharing(files)  # (one-pass groups, shuffle-path files)
+    hints = dict(settings.core_resource_hints)
 
     one_pass = (p | "ListFileGroups" >> beam.Create([[f.record() for f in g] for g in groups])
-                | "RelabelFileGroups" >> RelabelFileGroups(
-                    settings.core, settings.reward_key, settings.drop_uniform_groups, settings.device,
-                    settings.fail_fast, settings.output, lineage).with_resource_hints(
-                        **dict(settings.core_resource_hints)))
-    outputs = {name: [getattr(one_pass, name)] for name in ("stats", "files", "dead", "filtered", "counters")}
+                | "RelabelFileGroups" >> RelabelFileGroups(settings).with_resource_hints(**hints))
+    outputs = {tag: [one_pass[tag]] for tag in (STATS, FILES, DEAD, FILTERED, COUNTERS)}
     if shared:
-        shuffled = _shuffle_path(p, settings, shared, lineage)
-        for name, collection in shuffled.items():
-            outputs[name].append(collection)
+        for tag, collection in _shuffle_path(p, settings, shared).items():
+            outputs[tag].append(collection)
 
-    dead = (outputs["dead"]
+    dead = (outputs[DEAD]
             | "FlattenDeadLetters" >> beam.Flatten()
-            | "WriteDeadLetters" >> WriteRecords(settings.output, DEAD_LETTERS_NAME, "dead", lineage))
+            | "WriteDeadLetters" >> WriteRecords(settings, DEAD_LETTERS_NAME, DEAD))
     records = [dead]
-    if settings.drop_uniform_groups:
-        records.append(outputs["filtered"]
+    if settings.labeling.drop_uniform_groups:
+        records.append(outputs[FILTERED]
                        | "FlattenFiltered" >> beam.Flatten()
-                       | "WriteFiltered" >> WriteRecords(settings.output, FILTERED_NAME, "filtered", lineage))
+                       | "WriteFiltered" >> WriteRecords(settings, FILTERED_NAME, FILTERED))
     stats = (
-        *outputs["stats"],
+        *outputs[STATS],
         *records,
-        outputs["files"] | "FlattenFileRecords" >> beam.Flatten() | "ReadStats" >> beam.Map(read_stat),
-        outputs["counters"] | "FlattenBatchCounters" >> beam.Flatten() | "BatchStats" >> beam.Map(batch_stat),
+        outputs[FILES] | "FlattenFileRecords" >> beam.Flatten() | "ReadStats" >> beam.Map(_file_read),
+        outputs[COUNTERS] | "FlattenBatchCounters" >> beam.Flatten(),
     ) | "FlattenStats" >> beam.Flatten()
-    return stats | "WriteManifest" >> WriteManifest(
-        settings.output, lineage, settings.fingerprint(), [f.record() for f in files], settings.max_dead_fraction)
+    return stats | "WriteManifest" >> WriteManifest(settings, [f.record() for f in files])
 
 
-def _shuffle_path(p, settings: RunSettings, shared: list[InputFile], lineage: dict) -> dict:
+def _file_read(element):
+    """(source, FileRead) -> the FileRead (keyed by source for JoinAndWrite; the manifest needs no key)."""
+    return element[1]
+
+
+def _shuffle_path(p, settings: RunSettings, shared: list[InputFile]) -> dict:
     """Batches spread over more files than one worker should hold: slim rows meet in a shuffle."""
     read = (p | "ListSharedBatchFiles" >> beam.Create([f.record() for f in shared])
-            | "ReadRollouts" >> ReadRollouts(settings.reward_key, settings.fail_fast))
-    batches = read.slim | "GatherBatches" >> GatherBatches()
-    computed = batches | "GroupAdvantages" >> GroupAdvantages(
-        settings.core, settings.drop_uniform_groups, settings.device, settings.fail_fast).with_resource_hints(
-            **dict(settings.core_resource_hints))
-    written = ((read.files, computed.results, computed.dead, computed.filtered)
-               | "JoinAndWrite" >> JoinAndWrite(settings.output, lineage))
-    dead = (read.dead, written.dead) | "FlattenShuffleDeadLetters" >> beam.Flatten()
-    return {"stats": written.stats, "files": read.files, "dead": dead, "filtered": written.filtered,
-            "counters": computed.counters}
+            | "ReadRollouts" >> ReadRollouts(settings))
+    batches = read[SLIM] | "GatherBatches" >> GatherBatches()
+    computed = batches | "GroupAdvantages" >> GroupAdvantages(settings).with_resource_hints(
+        **dict(settings.core_resource_hints))
+    written = ((read[FILES], computed[RESULTS], computed[DEAD], computed[FILTERED])
+               | "JoinAndWrite" >> JoinAndWrite(settings))
+    dead = (read[DEAD], written[DEAD]) | "FlattenShuffleDeadLetters" >> beam.Flatten()
+    return {STATS: written[STATS], FILES: read[FILES], DEAD: dead, FILTERED: written[FILTERED],
+            COUNTERS: computed[COUNTERS]}

@@ -14,6 +14,10 @@ from __future__ import annotations
 
 import os
 
+from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions, StandardOptions
+
+from pipeline.parse import DEFAULT_RUNNER
+
 MAX_LOCAL_THREADS = 4
 # Peak memory a thread holds per byte of decoded input in its group (the input table, the new mask
 # and training columns, write buffers): measured 2.0-2.4x on the benchmark's 1k-token data.
@@ -52,3 +56,27 @@ def available_memory(cgroup: str = "/sys/fs/cgroup") -> int:
     except (OSError, ValueError):  # no cgroup v2 memory controller here
         pass
     return available
+
+
+def owns_local_threads(command: str, options: PipelineOptions, given) -> bool:
+    """Whether the worker threads are ours to choose: the default local runner, and the user set neither
+    --direct_running_mode nor --direct_num_workers (`given(*names)` says whether they did)."""
+    return (command in ("run", "compare") and options.view_as(StandardOptions).runner == DEFAULT_RUNNER
+            and not given("direct_running_mode", "direct_num_workers"))
+
+
+def use_local_threads(options: PipelineOptions, threads: int) -> None:
+    """Run on `threads` in-process worker threads (one: the plain in-memory runner, no gRPC workers)."""
+    direct = options.view_as(DirectOptions)
+    direct.direct_running_mode = "multi_threading" if threads > 1 else "in_memory"
+    direct.direct_num_workers = threads
+
+
+def claim_local_threads(command: str, parsed) -> int | None:
+    """When the threads are ours to choose (owns_local_threads), start from one per core, at most
+    MAX_LOCAL_THREADS (`run` lowers it once the inputs are known); returns that count, else None."""
+    if not owns_local_threads(command, parsed.options, parsed.given):
+        return None
+    threads = min(cores(), MAX_LOCAL_THREADS)
+    use_local_threads(parsed.options, threads)
+    return threads

@@ -1,283 +1,149 @@
-"""RelabelOptions: every flag of `relabel run`, typed and validated in one place."""
+"""Each command's own flags, declared once: `relabel run`, `relabel watch`, `relabel compare`.
+
+A labeling flag's dest is the name of its field in transforms/lib/settings.py
+(`Labeling`) or the core's CoreConfig: pipeline/settings.py builds the
+settings from the parsed flags by those names. Everything not declared here
+is a Beam pipeline option (pipeline/parse.py checks it against Beam's own).
+"""
 from __future__ import annotations
 
 import argparse
-import re
-from dataclasses import dataclass
 
-from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions, TypeOptions
+from transforms.core.config import MAINSTREAM_POLICIES, SEMANTICS
+from transforms.lib.errors import UsageError
 
-from pipeline.local_threads import MAX_LOCAL_THREADS, cores
-from pipeline.settings import CompareSettings, RunSettings
-from transforms.core.config import MAINSTREAM_POLICIES, ROW_UNIT_SEMANTICS, SEMANTICS, CoreConfig
-
-DEFAULT_RUNNER = "FnApiRunner"  # in-process; the DirectRunner would try to download Prism
-
-# Dataflow's grammar for worker_accelerator and the accelerator resource hint
-ACCELERATOR = re.compile(r"type:[A-Za-z0-9_<>-]+;count:[1-9][0-9]*(;[a-z0-9-]+(:[^;]+)?)*")
+BEAM_LINE = ("Any Beam pipeline option is accepted too (--runner, --direct_num_workers, --project, ...): "
+             "`relabel {command} --help-beam` lists them.")
 
 
-class UsageError(ValueError):
-    """Bad options or configuration: exit code 2, nothing written."""
+class Parser(argparse.ArgumentParser):
+    """argparse that raises UsageError (exit code 2, one line) instead of printing usage and exiting,
+    and keeps the actions it declares (`declared`: run configs map their keys onto them)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.declared: list[argparse.Action] = []
+
+    def add_argument(self, *args, **kwargs):
+        action = super().add_argument(*args, **kwargs)
+        self.declared.append(action)
+        return action
+
+    def group(self, title: str) -> "_Group":
+        """An argument group (shown under `title` in the help) whose actions are declared here too."""
+        return _Group(self, self.add_argument_group(title))
+
+    def error(self, message):
+        raise UsageError(message)
 
 
-class RelabelOptions(PipelineOptions):
-    @classmethod
-    def _add_argparse_args(cls, parser):
-        group = parser.add_argument_group("rollout-relabel")
-        group.add_argument("--input", dest="inputs", nargs="+", action="extend", default=None,
-                           help="Parquet files, .pt dumps, directories or globs")
-        group.add_argument("--output", help="output directory (local path or any Beam filesystem URL)")
-        group.add_argument("--semantics", choices=SEMANTICS, default="rollout-mainstream",
-                           help="normalization semantics (SEMANTICS.md)")
-        group.add_argument("--estimator", default="grpo",
-                           help="grpo, gspo, cispo, dr_grpo, reinforce_plus_plus_baseline, rloo; others pass through")
-        group.add_argument("--std-normalization", dest="std_normalization", action=argparse.BooleanOptionalAction,
-                           default=True, help="divide by the group std (grpo/gspo/cispo)")
-        group.add_argument("--no-rewards-normalization", dest="rewards_normalization", action="store_false",
-                           default=True, help="advantage = reward value, unchanged")
-        group.add_argument("--reward-key", default=None, help="field of a struct/map reward to use")
-        group.add_argument("--mainstream", choices=MAINSTREAM_POLICIES, default=None,
-                           help="which row of a rollout supplies its reward (rollout semantics only)")
-        group.add_argument("--drop-uniform-groups", action="store_true", default=False,
-                           help="send groups whose rewards are all equal to filtered.parquet")
-        group.add_argument("--n-samples-per-prompt", type=int, default=None)
-        group.add_argument("--rollout-batch-size", type=int, default=None)
-        group.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
-                           help="where the numeric core runs: cpu (numpy) or cuda (torch); "
-                                "auto picks cuda on workers that have one")
-        group.add_argument("--core-resource-hint", dest="core_resource_hints", action="append", default=None,
-                           metavar="KEY=VALUE",
-                           help="Beam resource hint for the stage running the numeric core, e.g. "
-                                "accelerator=type:nvidia-l4;count:1;install-nvidia-driver or min_ram=16GB")
-        group.add_argument("--fail-fast", action="store_true", default=False,
-                           help="stop at the first bad input and leave no output files")
-        group.add_argument("--max-dead-fraction", type=float, default=None,
-                           help="abort (exit 3, nothing committed) when more than this fraction of rows is dead")
-        group.add_argument("--overwrite", action="store_true", default=False,
-                           help="replace an output directory made with other options")
-        group.add_argument("--dry-run", dest="relabel_dry_run", action="store_true", default=False,
-                           help="build and validate the pipeline, print its plan, run nothing")
-        group.add_argument("--progress", dest="progress", action=argparse.BooleanOptionalAction, default=None,
-                           help="show files done and rows so far on stderr (default: when stderr is a terminal)")
+class _Group:
+    """An argument group whose actions are declared on its parser too."""
+
+    def __init__(self, parser: Parser, group):
+        self._parser, self._group = parser, group
+
+    def add_argument(self, *args, **kwargs):
+        action = self._group.add_argument(*args, **kwargs)
+        self._parser.declared.append(action)
+        return action
 
 
-class CompareOptions(PipelineOptions):
-    """`relabel compare` only (with every RelabelOptions labeling flag, which A and B override)."""
-
-    @classmethod
-    def _add_argparse_args(cls, parser):
-        group = parser.add_argument_group("relabel compare")
-        group.add_argument("--a", dest="compare_a", metavar="SPEC", help="labeling A: SEMANTICS[,estimator=E,std=on|off,...]")
-        group.add_argument("--b", dest="compare_b", metavar="SPEC", help="labeling B: SEMANTICS[,estimator=E,std=on|off,...]")
-        group.add_argument("--report", dest="compare_report", metavar="DIR", help="directory for report.json, report.md, plots")
-
-
-def settings_from_options(options: PipelineOptions) -> RunSettings:
-    """The one place options are read and checked."""
-    opts = options.view_as(RelabelOptions)
-    if not opts.inputs:
-        raise UsageError("--input is required (files, directories or globs)")
-    if not opts.output:
-        raise UsageError("--output is required (a directory)")
-    if opts.max_dead_fraction is not None and not 0 <= opts.max_dead_fraction <= 1:
-        raise UsageError(f"--max-dead-fraction must be within [0, 1], got {opts.max_dead_fraction}")
-    try:
-        core = CoreConfig(
-            semantics=opts.semantics, estimator=opts.estimator, std_normalization=opts.std_normalization,
-            rewards_normalization=opts.rewards_normalization, mainstream=opts.mainstream,
-            n_samples_per_prompt=opts.n_samples_per_prompt, rollout_batch_size=opts.rollout_batch_size)
-    except ValueError as error:
-        raise UsageError(str(error)) from error
-    return RunSettings(
-        core_resource_hints=core_resource_hints(opts.core_resource_hints or []),
-        inputs=tuple(opts.inputs), output=opts.output, core=core, reward_key=opts.reward_key,
-        drop_uniform_groups=opts.drop_uniform_groups, device=opts.device, fail_fast=opts.fail_fast,
-        max_dead_fraction=opts.max_dead_fraction, overwrite=opts.overwrite, dry_run=opts.relabel_dry_run,
-        progress=opts.progress)
-
-
-def core_resource_hints(flags: list[str]) -> tuple[tuple[str, str], ...]:
-    """KEY=VALUE flags checked against Beam's registered hints (and the accelerator's own grammar)."""
-    from apache_beam.transforms.resources import parse_resource_hints
-
-    hints = {}
-    for flag in flags:
-        key, sep, value = flag.partition("=")
-        if not sep or not value:
-            raise UsageError(f"--core-resource-hint {flag!r}: expected KEY=VALUE")
-        try:
-            parse_resource_hints({key: value})
-        except ValueError as error:
-            raise UsageError(f"--core-resource-hint {flag!r}: {error}") from error
-        if key == "accelerator" and not ACCELERATOR.fullmatch(value):
-            raise UsageError(f"--core-resource-hint {flag!r}: an accelerator is "
-                             "'type:GPU_TYPE;count:N[;install-nvidia-driver]'")
-        hints[key] = value
-    return tuple(sorted(hints.items()))
-
-
-# Keys of a --a/--b spec: (CoreConfig field or "drop_uniform_groups", value parser).
-SPEC_KEYS = {
-    "estimator": ("estimator", str),
-    "std": ("std_normalization", "switch"),
-    "std_normalization": ("std_normalization", "switch"),
-    "rewards_normalization": ("rewards_normalization", "switch"),
-    "mainstream": ("mainstream", str),
-    "n_samples_per_prompt": ("n_samples_per_prompt", int),
-    "rollout_batch_size": ("rollout_batch_size", int),
-    "drop_uniform_groups": ("drop_uniform_groups", "switch"),
-}
-SWITCH = {"on": True, "true": True, "yes": True, "1": True, "off": False, "false": False, "no": False, "0": False}
-NOT_FOR_COMPARE = (("output", "--output (compare writes --report DIR)"), ("fail_fast", "--fail-fast"),
-                   ("max_dead_fraction", "--max-dead-fraction"), ("overwrite", "--overwrite"),
-                   ("relabel_dry_run", "--dry-run"))
-
-
-def compare_settings_from_options(options: PipelineOptions) -> CompareSettings:
-    """`relabel compare`: the run options give both sides' defaults; each --a/--b spec overrides them."""
-    from transforms.comparison import Side
-
-    opts = options.view_as(RelabelOptions)
-    compare = options.view_as(CompareOptions)
-    if not opts.inputs:
-        raise UsageError("--input is required (files, directories or globs)")
-    for flag, name in (("--a", compare.compare_a), ("--b", compare.compare_b), ("--report", compare.compare_report)):
-        if not name:
-            raise UsageError(f"{flag} is required")
-    for dest, flag in NOT_FOR_COMPARE:
-        if getattr(opts, dest) not in (None, False):
-            raise UsageError(f"{flag} does not apply to relabel compare")
-    base = {"estimator": opts.estimator, "std_normalization": opts.std_normalization,
-            "rewards_normalization": opts.rewards_normalization, "mainstream": opts.mainstream,
-            "n_samples_per_prompt": opts.n_samples_per_prompt, "rollout_batch_size": opts.rollout_batch_size,
-            "drop_uniform_groups": opts.drop_uniform_groups}
-    sides = []
-    for flag, spec in (("--a", compare.compare_a), ("--b", compare.compare_b)):
-        values = parse_side(flag, spec, base)
-        drop = values.pop("drop_uniform_groups")
-        try:
-            sides.append(Side(CoreConfig(**values), drop, spec))
-        except ValueError as error:
-            raise UsageError(f"{flag} {spec}: {error}") from error
-    return CompareSettings(inputs=tuple(opts.inputs), report=compare.compare_report, a=sides[0], b=sides[1],
-                           reward_key=opts.reward_key, device=opts.device, progress=opts.progress)
-
-
-def parse_side(flag: str, spec: str, base: dict) -> dict:
-    """`legacy-reshape,estimator=grpo,std=off` -> CoreConfig keyword values (and drop_uniform_groups)."""
-    semantics, *pairs = [part.strip() for part in spec.split(",")]
-    if semantics not in SEMANTICS:
-        raise UsageError(f"{flag} {spec}: unknown semantics {semantics!r}; choose one of {', '.join(SEMANTICS)}")
-    values = dict(base, semantics=semantics)
-    if semantics in ROW_UNIT_SEMANTICS:
-        values["mainstream"] = None  # the run-wide --mainstream is for rollout semantics; a spec may still say it
-    for pair in pairs:
-        key, sep, text = pair.partition("=")
-        key = key.strip().replace("-", "_")
-        if not sep or key not in SPEC_KEYS:
-            raise UsageError(f"{flag} {spec}: unknown setting {pair!r}; use key=value with keys "
-                             f"{', '.join(SPEC_KEYS)}")
-        name, kind = SPEC_KEYS[key]
-        text = text.strip()
-        try:
-            if kind == "switch":
-                values[name] = SWITCH[text.lower()]
-            else:
-                values[name] = kind(text)
-        except (KeyError, ValueError) as error:
-            raise UsageError(f"{flag} {spec}: {key}={text!r} is not a valid value") from error
-    return values
-
-
-def full_parser(command: str = "run"):
-    """A parser that knows every pipeline option (ours and Beam's runners'), as Beam builds it.
-
-    CompareOptions' flags exist for `relabel compare` only and WatchOptions' for `relabel watch` only:
-    the other commands refuse them (Beam registers every options class globally). "any" knows them all.
-    """
-    from apache_beam.options.pipeline_options import _BeamArgumentParser
-
-    only_for = {CompareOptions: "compare", WatchOptions: "watch"}
-    parser = _BeamArgumentParser(allow_abbrev=False)
-    for cls in {str(c): c for c in PipelineOptions.__subclasses__()}.values():
-        if command != "any" and only_for.get(cls, command) != command:
-            continue
-        cls._add_argparse_args(parser)  # noqa: SLF001 - Beam's own way to list every option
+def _parser(command: str, description: str) -> Parser:
+    parser = Parser(prog=f"relabel {command}", description=description, allow_abbrev=False, add_help=False,
+                    epilog=BEAM_LINE.format(command=command))
+    parser.add_argument("-h", "--help", action="store_true", help="show this help and exit")
+    parser.add_argument("--help-beam", action="store_true", help="list Beam's pipeline options and exit")
+    parser.add_argument("--config", metavar="FILE", action="append",
+                        help="a run config (run_configs/*.yaml); the command line overrides it")
     return parser
 
 
-def pipeline_options(argv: list[str], command: str = "run") -> PipelineOptions:
-    """Parse argv strictly (an unknown flag is a usage error) and pin the in-process runner."""
-    _, unknown = full_parser(command).parse_known_args(argv)
-    if unknown:
-        raise UsageError(f"unknown option(s): {' '.join(unknown)}")
-    options = PipelineOptions(argv)
-    if options.view_as(StandardOptions).runner is None:
-        options.view_as(StandardOptions).runner = DEFAULT_RUNNER
-    if owns_local_threads(argv, options, command):
-        use_local_threads(options, min(cores(), MAX_LOCAL_THREADS))  # `run` lowers it once inputs are known
-    if not _given(argv, "--pipeline_type_check", "--no_pipeline_type_check"):
-        # our DoFns carry no type hints: Beam's inference only costs start-up time (~0.5 s)
-        options.view_as(TypeOptions).pipeline_type_check = False
-    return options
+def add_labeling(parser: argparse.ArgumentParser) -> None:
+    """How rows are labelled: one flag per field of Labeling / CoreConfig, dest = the field's name."""
+    group = parser.group("labeling")
+    group.add_argument("--semantics", choices=SEMANTICS, default="rollout-mainstream",
+                       help="normalization semantics (docs/semantics.md)")
+    group.add_argument("--estimator", default="grpo",
+                       help="grpo, gspo, cispo, dr_grpo, reinforce_plus_plus_baseline, rloo; others pass through")
+    group.add_argument("--std-normalization", dest="std_normalization", action=argparse.BooleanOptionalAction,
+                       default=True, help="divide by the group std (grpo/gspo/cispo; default on)")
+    group.add_argument("--no-rewards-normalization", dest="rewards_normalization", action="store_false",
+                       default=True, help="advantage = reward value, unchanged")
+    group.add_argument("--reward-key", metavar="KEY", help="the reward is a struct/map: use its field KEY")
+    group.add_argument("--mainstream", choices=MAINSTREAM_POLICIES,
+                       help="which row of a rollout supplies its reward (rollout semantics only)")
+    group.add_argument("--drop-uniform-groups", action="store_true",
+                       help="groups whose rewards are all equal go to filtered.parquet")
+    group.add_argument("--n-samples-per-prompt", type=int, metavar="N", help="positional groups of N rows")
+    group.add_argument("--rollout-batch-size", type=int, metavar="B", help="with N: a batch of N*B rows is sliced")
 
 
-def _given(argv: list[str], *flags: str) -> bool:
-    """Whether the user passed any of these flags (as --flag or --flag=value)."""
-    return any(a.split("=", 1)[0] in flags for a in argv)
+def _add_io(parser: argparse.ArgumentParser, output_help: str) -> None:
+    group = parser.group("input and output")
+    group.add_argument("--input", dest="inputs", nargs="+", action="extend", metavar="PATH",
+                       help="Parquet files, .pt dumps, directories or globs (repeatable)")
+    group.add_argument("--output", help=output_help)
 
 
-def owns_local_threads(argv: list[str], options: PipelineOptions, command: str) -> bool:
-    """Whether the worker threads are ours to choose: the default local runner, neither flag given."""
-    return (command in ("run", "compare") and options.view_as(StandardOptions).runner == DEFAULT_RUNNER
-            and not _given(argv, "--direct_running_mode", "--direct_num_workers"))
+def _add_running(parser: argparse.ArgumentParser, command: str) -> None:
+    group = parser.group("running")
+    group.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
+                       help="where the numeric core runs: cpu (numpy), cuda (torch); auto: cuda where present")
+    group.add_argument("--progress", action=argparse.BooleanOptionalAction,
+                       help="files done and rows so far on stderr (default: when stderr is a terminal)")
+    if command == "compare":
+        return
+    group.add_argument("--core-resource-hint", dest="core_resource_hints", action="append", metavar="KEY=VALUE",
+                       help="Beam resource hint for the stage running the core, e.g. min_ram=16GB or "
+                            "accelerator=type:nvidia-l4;count:1;install-nvidia-driver (repeatable)")
+    group.add_argument("--overwrite", action="store_true", help="replace an output made with other options")
+    if command == "run":
+        group.add_argument("--fail-fast", action="store_true",
+                           help="stop at the first bad input and leave no output files")
+        group.add_argument("--max-dead-fraction", type=float, metavar="F",
+                           help="abort (exit 3, nothing committed) when more than F of the rows are dead")
+        group.add_argument("--dry-run", action="store_true",
+                           help="check the options for their runner, print the plan, submit nothing")
 
 
-def use_local_threads(options: PipelineOptions, threads: int) -> None:
-    """Run on `threads` in-process worker threads (one: the plain in-memory runner, no gRPC workers)."""
-    from apache_beam.options.pipeline_options import DirectOptions
-
-    direct = options.view_as(DirectOptions)
-    direct.direct_running_mode = "multi_threading" if threads > 1 else "in_memory"
-    direct.direct_num_workers = threads
-
-
-class WatchOptions(PipelineOptions):
-    """`relabel watch` only: how the input is polled and when the watch stops."""
-
-    @classmethod
-    def _add_argparse_args(cls, parser):
-        group = parser.add_argument_group("rollout-relabel watch")
-        group.add_argument("--poll-interval", type=float, default=5.0,
-                           help="seconds between two listings of the input")
-        group.add_argument("--stop-after-idle", type=float, default=None,
-                           help="stop when no input file appeared or changed for this many seconds")
-        group.add_argument("--stop-after-files", type=int, default=None,
-                           help="stop once this many input files were handed to relabelling")
-        group.add_argument("--require-marker", action="store_true", default=False,
-                           help="relabel a file only once <file>.done or _SUCCESS in its folder exists")
+def run_parser() -> Parser:
+    parser = _parser("run", "Relabel stored rollouts into Parquet training rows with advantages.")
+    _add_io(parser, "output directory (local path or any Beam filesystem URL)")
+    add_labeling(parser)
+    _add_running(parser, "run")
+    return parser
 
 
-@dataclass(frozen=True)
-class WatchSettings:
-    poll_interval: float
-    stop_after_idle: float | None
-    stop_after_files: int | None
-    require_marker: bool
+def watch_parser() -> Parser:
+    parser = _parser("watch", "Relabel rollout files as they land in a folder, until stopped.")
+    _add_io(parser, "output directory (local path or any Beam filesystem URL)")
+    add_labeling(parser)
+    _add_running(parser, "watch")
+    group = parser.group("watching")
+    group.add_argument("--poll-interval", type=float, default=5.0, metavar="S",
+                       help="seconds between two listings of the input (default 5)")
+    group.add_argument("--stop-after-idle", type=float, metavar="S",
+                       help="stop when no input file appeared or changed for S seconds")
+    group.add_argument("--stop-after-files", type=int, metavar="N",
+                       help="stop once N input files were handed to relabelling")
+    group.add_argument("--require-marker", action="store_true",
+                       help="relabel a file only once <file>.done or _SUCCESS in its folder exists")
+    return parser
 
 
-def watch_settings_from_options(options: PipelineOptions, settings: RunSettings) -> WatchSettings:
-    """The one place watch options are read and checked (run options: settings_from_options)."""
-    opts = options.view_as(WatchOptions)
-    if opts.poll_interval <= 0:
-        raise UsageError(f"--poll-interval must be positive, got {opts.poll_interval}")
-    if opts.stop_after_idle is not None and opts.stop_after_idle < 0:
-        raise UsageError(f"--stop-after-idle must be >= 0, got {opts.stop_after_idle}")
-    if opts.stop_after_files is not None and opts.stop_after_files < 1:
-        raise UsageError(f"--stop-after-files must be >= 1, got {opts.stop_after_files}")
-    for flag, used in (("--fail-fast", settings.fail_fast), ("--max-dead-fraction", settings.max_dead_fraction),
-                       ("--dry-run", settings.dry_run)):
-        if used not in (None, False):
-            raise UsageError(f"{flag} is a `relabel run` option; `relabel watch` does not support it")
-    return WatchSettings(opts.poll_interval, opts.stop_after_idle, opts.stop_after_files, opts.require_marker)
+def compare_parser() -> Parser:
+    parser = _parser("compare", "Compare two labelings of the same rollouts: report.json, report.md, plots.")
+    _add_io(parser, argparse.SUPPRESS)
+    group = parser.group("the two labelings")
+    group.add_argument("--a", dest="compare_a", metavar="SPEC",
+                       help="labeling A: SEMANTICS[,estimator=E,std=on|off,KEY=VALUE...]")
+    group.add_argument("--b", dest="compare_b", metavar="SPEC", help="labeling B, the same way")
+    group.add_argument("--report", metavar="DIR", help="directory for report.json, report.md and the plots")
+    add_labeling(parser)
+    parser.set_defaults(output=None)
+    _add_running(parser, "compare")
+    return parser
+
+
+PARSERS = {"run": run_parser, "watch": watch_parser, "compare": compare_parser}

@@ -14,10 +14,8 @@ from contextlib import contextmanager
 from typing import Callable
 
 import pyarrow.parquet as pq
-from apache_beam.io.filesystem import CompressionTypes
-from apache_beam.io.filesystems import FileSystems
 
-from transforms import sinks
+from transforms.lib import filesystem, output_files
 
 INTERVAL_S = 1.0
 
@@ -75,13 +73,13 @@ def part_files(output_dir: str, names) -> Callable[[], tuple[int, int]]:
 
     def poll():
         done = rows = 0
-        for meta in sinks.match_paths(FileSystems.join(output_dir, "part-*.parquet")):
+        for meta in filesystem.match(filesystem.join(output_dir, "part-*.parquet")):
             name = meta.path.replace("\\", "/").rsplit("/", 1)[-1]
             if name not in wanted:
                 continue
             key = (meta.path, int(meta.size_in_bytes))
             if key not in seen:
-                with FileSystems.open(meta.path, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
+                with filesystem.open_read(meta.path) as handle:
                     seen[key] = pq.ParquetFile(handle).metadata.num_rows
             done += 1
             rows += seen[key]
@@ -94,9 +92,9 @@ def committed_records(progress_dir: str) -> Callable[[], tuple[int, int]]:
     seen: dict[str, tuple[int, int]] = {}
 
     def poll():
-        for meta in sinks.match_paths(FileSystems.join(progress_dir, "*.json")):
+        for meta in filesystem.match(filesystem.join(progress_dir, "*.json")):
             if meta.path not in seen:
-                record = sinks.read_json(meta.path)
+                record = output_files.read_json(meta.path)
                 seen[meta.path] = (record["files"], record["rows"])
         return sum(f for f, _ in seen.values()), sum(r for _, r in seen.values())
     return poll

@@ -18,8 +18,11 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import (GoogleCloudOptions, PipelineOptions, PortableOptions,
                                                   SetupOptions, StandardOptions, WorkerOptions)
 
-from pipeline.options import ACCELERATOR, UsageError
-from pipeline.settings import RunSettings
+from apache_beam.runners.runner import create_runner
+
+from pipeline.settings import ACCELERATOR
+from transforms.lib.errors import UsageError
+from transforms.lib.settings import RunSettings
 
 PLACEHOLDER = re.compile(r"<[A-Za-z0-9_]+>")
 LOCAL_RUNNERS = {"fnapirunner", "directrunner", "bundlebaseddirectrunner", "switchingdirectrunner"}
@@ -44,6 +47,7 @@ class RunnerCheck:
 def check_runner(options: PipelineOptions, settings: RunSettings) -> RunnerCheck:
     """Raise UsageError naming every problem found; return what a dry run should show."""
     runner = str(options.view_as(StandardOptions).runner or "FnApiRunner")
+    known_runner(runner)
     check = RunnerCheck(runner, _family(runner, options))
     errors: list[str] = []
     check.placeholders = _placeholders(options)
@@ -56,6 +60,16 @@ def check_runner(options: PipelineOptions, settings: RunSettings) -> RunnerCheck
     if errors:
         raise UsageError(f"{runner} options are not usable:\n  - " + "\n  - ".join(errors))
     return check
+
+
+def known_runner(runner: str) -> None:
+    """An unknown --runner is a usage error naming the runners Beam knows by short name."""
+    try:
+        create_runner(runner)
+    except ValueError as error:  # Beam's message lists the runners it knows
+        raise UsageError(f"--runner {runner}: {error}") from None
+    except ImportError as error:
+        raise UsageError(f"--runner {runner} needs a Beam extra this install lacks: {error}") from None
 
 
 def _family(runner: str, options) -> str:

@@ -1,76 +1,82 @@
-"""The run's settings: built once from RelabelOptions, plain values, picklable into DoFns."""
+"""Parsed flags -> the typed, checked settings each command runs with (transforms/lib/settings.py)."""
 from __future__ import annotations
 
-import hashlib
-import json
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+import argparse
+import re
 
-from transforms.core.config import CoreConfig
+from apache_beam.transforms.resources import parse_resource_hints
 
-if TYPE_CHECKING:
-    from transforms.comparison import Side
+from pipeline.compare_spec import parse_side
+from transforms.lib.errors import UsageError
+from transforms.lib.settings import CompareSettings, Labeling, RunSettings, WatchSettings
 
-PROJECT = "rollout-relabel"
+# Dataflow's grammar for worker_accelerator and the accelerator resource hint
+ACCELERATOR = re.compile(r"type:[A-Za-z0-9_<>-]+;count:[1-9][0-9]*(;[a-z0-9-]+(:[^;]+)?)*")
 
 
-def project_version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
+def labeling(args: argparse.Namespace) -> Labeling:
+    """The labeling flags, read by the settings' field names."""
+    values = {name: getattr(args, name) for name in Labeling.option_names() if hasattr(args, name)}
     try:
-        return version(PROJECT)
-    except PackageNotFoundError:
-        return "0+unknown"
+        return Labeling.from_values(values)
+    except ValueError as error:
+        raise UsageError(str(error)) from error
 
 
-@dataclass(frozen=True)
-class RunSettings:
-    inputs: tuple[str, ...]
-    output: str
-    core: CoreConfig = field(default_factory=CoreConfig)
-    reward_key: str | None = None
-    drop_uniform_groups: bool = False
-    device: str = "auto"
-    fail_fast: bool = False
-    max_dead_fraction: float | None = None
-    overwrite: bool = False
-    dry_run: bool = False
-    core_resource_hints: tuple[tuple[str, str], ...] = ()
-    progress: bool | None = None  # None: when stderr is a terminal
-    version: str = field(default_factory=project_version)
-    # the local runner's worker threads when ours to choose (the most to use), else None
-    local_threads: int | None = None
-
-    def semantics_record(self) -> dict:
-        """What made every training row: goes into Parquet metadata and the manifest."""
-        return {
-            "project": PROJECT,
-            "project_version": self.version,
-            "semantics": self.core.semantics,
-            "semantics_version": self.core.version,
-            "estimator": self.core.estimator,
-            "std_normalization": self.core.std_normalization,
-            "rewards_normalization": self.core.rewards_normalization,
-            "mainstream": self.core.mainstream,
-            "n_samples_per_prompt": self.core.n_samples_per_prompt,
-            "rollout_batch_size": self.core.rollout_batch_size,
-            "reward_key": self.reward_key,
-            "drop_uniform_groups": self.drop_uniform_groups,
-        }
-
-    def fingerprint(self) -> str:
-        """Identifies the options that change output bytes (not device, not runner)."""
-        from schemas import SCHEMA_VERSION
-        record = dict(self.semantics_record(), schema_version=SCHEMA_VERSION)
-        return hashlib.sha256(json.dumps(record, sort_keys=True).encode()).hexdigest()[:16]
+def run_settings(args: argparse.Namespace) -> RunSettings:
+    """`relabel run` and `relabel watch`."""
+    _require_inputs(args)
+    if not args.output:
+        raise UsageError("--output is required (a directory)")
+    try:
+        return RunSettings(
+            inputs=tuple(args.inputs), output=args.output, labeling=labeling(args), device=args.device,
+            fail_fast=getattr(args, "fail_fast", False), max_dead_fraction=getattr(args, "max_dead_fraction", None),
+            overwrite=args.overwrite, dry_run=getattr(args, "dry_run", False),
+            core_resource_hints=core_resource_hints(args.core_resource_hints or []), progress=args.progress)
+    except ValueError as error:
+        raise UsageError(str(error)) from error
 
 
-@dataclass(frozen=True)
-class CompareSettings:
-    """`relabel compare`: the two labelings and where the report goes."""
-    inputs: tuple[str, ...]
-    report: str
-    a: Side
-    b: Side
-    reward_key: str | None = None
-    device: str = "auto"
-    progress: bool | None = None
+def watch_settings(args: argparse.Namespace) -> WatchSettings:
+    try:
+        return WatchSettings(args.poll_interval, args.stop_after_idle, args.stop_after_files, args.require_marker)
+    except ValueError as error:
+        raise UsageError(str(error)) from error
+
+
+def compare_settings(args: argparse.Namespace) -> CompareSettings:
+    """The run-wide labeling flags give both sides' defaults; each --a/--b spec overrides them."""
+    _require_inputs(args)
+    for flag, value in (("--a", args.compare_a), ("--b", args.compare_b), ("--report", args.report)):
+        if not value:
+            raise UsageError(f"{flag} is required")
+    if args.output is not None:
+        raise UsageError("--output (compare writes --report DIR) does not apply to relabel compare")
+    base = labeling(args).values()
+    return CompareSettings(inputs=tuple(args.inputs), report=args.report,
+                           a=parse_side("--a", args.compare_a, base), b=parse_side("--b", args.compare_b, base),
+                           reward_key=args.reward_key, device=args.device, progress=args.progress)
+
+
+def core_resource_hints(flags: list[str]) -> tuple[tuple[str, str], ...]:
+    """KEY=VALUE flags checked against Beam's registered hints (and the accelerator's own grammar)."""
+    hints = {}
+    for flag in flags:
+        key, sep, value = flag.partition("=")
+        if not sep or not value:
+            raise UsageError(f"--core-resource-hint {flag!r}: expected KEY=VALUE")
+        try:
+            parse_resource_hints({key: value})
+        except ValueError as error:
+            raise UsageError(f"--core-resource-hint {flag!r}: {error}") from error
+        if key == "accelerator" and not ACCELERATOR.fullmatch(value):
+            raise UsageError(f"--core-resource-hint {flag!r}: an accelerator is "
+                             "'type:GPU_TYPE;count:N[;install-nvidia-driver]'")
+        hints[key] = value
+    return tuple(sorted(hints.items()))
+
+
+def _require_inputs(args) -> None:
+    if not args.inputs:
+        raise UsageError("--input is required (files, directories or globs)")

@@ -11,39 +11,37 @@ import signal
 import threading
 
 import apache_beam as beam
-from apache_beam.io.filesystems import FileSystems
 
-from pipeline import watch_records
-from pipeline.inputs import expand_inputs
-from pipeline.options import UsageError, watch_settings_from_options
-from pipeline.runner import RunOutcome, parse, read_manifest, remove_run_outputs
-from transforms import sinks
-from transforms.relabel_landed import RelabelLandedFiles
+from pipeline.run import RunOutcome, parse_run
+from pipeline.settings import watch_settings
+from transforms.lib import filesystem, output_files, watch_records
+from transforms.lib import manifest as manifest_lib
+from transforms.lib.errors import UsageError
+from transforms.lib.inputs import expand_inputs
+from transforms.lib.output_dir import read_manifest, refuse_other_options, remove_run_outputs
+from transforms.lib.settings import RunSettings, WatchSettings
+from transforms.relabel_landed_files import RelabelLandedFiles
 from transforms.watch_files import WatchFiles
 
 
-def build_watch(p: beam.Pipeline, settings, watch, lineage: dict):
-    releases = p | "WatchFiles" >> WatchFiles(
-        settings.inputs, settings.output, settings.fingerprint(), watch.poll_interval, watch.stop_after_idle,
-        watch.stop_after_files, watch.require_marker)
-    return releases | "RelabelLandedFiles" >> RelabelLandedFiles(
-        settings.core, settings.reward_key, settings.drop_uniform_groups, settings.device, settings.output, lineage,
-        settings.fingerprint())
+def build_watch(p: beam.Pipeline, settings: RunSettings, watch: WatchSettings):
+    releases = p | "WatchFiles" >> WatchFiles(settings, watch)
+    return releases | "RelabelLandedFiles" >> RelabelLandedFiles(settings)
 
 
 def run_watch(argv: list[str], test_pipeline: beam.Pipeline | None = None) -> RunOutcome:
-    options, settings = parse(argv, command="watch")
-    watch = watch_settings_from_options(options, settings)
+    parsed, settings = parse_run(argv, command="watch")
+    watch = watch_settings(parsed.args)
     output = settings.output
-    lineage = dict(settings.semantics_record(), fingerprint=settings.fingerprint())
+    lineage = settings.lineage()
     _prepare_output(output, settings)
 
-    pipeline = test_pipeline if test_pipeline is not None else beam.Pipeline(options=options)
-    build_watch(pipeline, settings, watch, lineage)
+    pipeline = test_pipeline if test_pipeline is not None else beam.Pipeline(options=parsed.options)
+    build_watch(pipeline, settings, watch)
     notes = []
     with StopOnSignal(output) as stop:
         pipeline.run().wait_until_finish()
-    sinks.delete_existing([watch_records.stop_path(output)])
+    filesystem.delete_existing([watch_records.stop_path(output)])
     if stop.requested:
         notes.append("stopped: interrupted; files not finished are relabelled by the next watch")
     manifest = watch_records.write_watch_manifest(output, lineage, settings.fingerprint(), "stopped",
@@ -52,12 +50,7 @@ def run_watch(argv: list[str], test_pipeline: beam.Pipeline | None = None) -> Ru
     notes.append(f"watch       {manifest['watch']['files_done']} files done"
                  + (f"; {len(waiting)} landed or landing but not relabelled yet (step not closed, still being "
                     f"written, or left at the stop): {', '.join(waiting)}" if waiting else ""))
-    return RunOutcome(_exit_code(manifest), output, manifest, notes)
-
-
-def _exit_code(manifest):
-    from pipeline import manifest as manifest_lib
-    return manifest_lib.exit_code(manifest)
+    return RunOutcome(manifest_lib.exit_code(manifest), output, manifest, notes)
 
 
 def _prepare_output(output: str, settings) -> None:
@@ -65,16 +58,13 @@ def _prepare_output(output: str, settings) -> None:
     previous = read_manifest(output)
     if previous is not None and previous.get("fingerprint") != settings.fingerprint():
         if not settings.overwrite:
-            raise UsageError(f"{output} holds output made with other options (fingerprint "
-                             f"{previous.get('fingerprint')} != {settings.fingerprint()}); pass --overwrite to "
-                             "replace it")
+            refuse_other_options(output, "output", previous.get("fingerprint"), settings.fingerprint())
         remove_run_outputs(output, [i.get("output") for i in previous["inputs"]])
-        stale = [FileSystems.join(output, d) for d in (watch_records.RECORDS_DIR, watch_records.DEAD_LETTERS_DIR,
-                                                       watch_records.FILTERED_DIR)]
-        sinks.delete_existing(stale)
-    sinks.delete_existing([watch_records.stop_path(output)])
-    if not FileSystems.exists(output):
-        FileSystems.mkdirs(output)
+        stale = [filesystem.join(output, d) for d in (watch_records.RECORDS_DIR, watch_records.DEAD_LETTERS_DIR,
+                                                      watch_records.FILTERED_DIR)]
+        filesystem.delete_existing(stale)
+    filesystem.delete_existing([watch_records.stop_path(output)])
+    filesystem.mkdirs(output)
 
 
 def _not_done(settings, output) -> list[str]:
@@ -108,7 +98,7 @@ class StopOnSignal:
             raise KeyboardInterrupt
         self.requested = True
         os.write(2, b"relabel watch: stopping after the file in progress (Ctrl-C again to interrupt now)\n")
-        sinks.write_bytes_atomically(b"", watch_records.records_dir(self._output), watch_records.STOP_NAME)
+        output_files.write_bytes_atomically(b"", watch_records.records_dir(self._output), watch_records.STOP_NAME)
 
     def __exit__(self, *exc):
         for sig, handler in self._previous.items():

@@ -29,9 +29,8 @@ from apache_beam.transforms.userstate import BagStateSpec, ReadModifyWriteStateS
 from apache_beam.utils.timestamp import Duration
 
 import schemas
+from transforms.lib.records import DEAD, GROUPS
 
-GROUPS = "groups"
-DEAD = "dead"
 STREAM_SOURCE = "stream"
 
 

@@ -1,7 +1,9 @@
-"""CombineFns that collect their inputs into one list (then shape it in extract_output)."""
+"""CombineFns shared by stages: collect every input into one list, then shape it in extract_output."""
 from __future__ import annotations
 
 import apache_beam as beam
+
+from transforms.lib.dead_letters import sorted_records
 
 
 class CollectFn(beam.CombineFn):
@@ -19,3 +21,10 @@ class CollectFn(beam.CombineFn):
 
     def extract_output(self, items):
         return items
+
+
+class ConcatTablesFn(CollectFn):
+    """Record tables -> one table, sorted (runners deliver in any order)."""
+
+    def extract_output(self, tables):
+        return sorted_records(tables)

@@ -9,58 +9,43 @@ resumable. Dead and filtered rows get their full columns attached here.
 from __future__ import annotations
 
 import apache_beam as beam
-from apache_beam import pvalue
 
 import schemas
-from transforms import file_output
-from transforms.formats import read_rollouts
-from transforms.metrics import counter
-
-DEAD = "dead"
-FILTERED = "filtered"
-STATS = "stats"
+from transforms.dofns import outcome_outputs
+from transforms.lib import part_files
+from transforms.lib.readers import read_table
+from transforms.lib.records import DEAD, FILTERED, STATS
+from transforms.lib.settings import RunSettings
 
 
 class WriteTrainingRowsFn(beam.DoFn):
-    def __init__(self, output_dir: str, lineage: dict):
-        self._output_dir = output_dir
-        self._lineage = lineage
+    def __init__(self, settings: RunSettings):
+        self._output_dir = settings.output
+        self._lineage = settings.lineage()
 
     def process(self, element):
         source, joined = element
-        files = [f for f in joined["file"] if f["output"] is not None]  # unreadable: dead-lettered whole
-        if files:
-            yield from self._write(source, files[0], joined)
-
-    def _write(self, source, record, joined):
-        lineage = file_output.file_lineage(self._lineage, record)
-        complete = file_output.is_complete(self._output_dir, record["output"], lineage)
-        outcome = file_output.finish_file(
-            record, lambda: read_rollouts(source)[0],
-            file_output.concat(joined["result"], schemas.RESULT),
-            file_output.concat(joined["dead"], schemas.DEAD_LETTERS),
-            file_output.concat(joined["filtered"], schemas.DEAD_LETTERS),
+        read = [f for f in joined["file"] if f.input is not None]  # unreadable: dead-lettered whole
+        if not read:
+            return
+        record = dict(read[0].input, rows_in=read[0].rows_in)
+        lineage = part_files.file_lineage(self._lineage, record)
+        complete = part_files.is_complete(self._output_dir, record["output"], lineage)
+        outcome = part_files.finish_file(
+            record, lambda: read_table(source)[0],
+            part_files.concat(joined["result"], schemas.RESULT),
+            part_files.concat(joined["dead"], schemas.DEAD_LETTERS),
+            part_files.concat(joined["filtered"], schemas.DEAD_LETTERS),
             self._output_dir, lineage, complete)
-        yield from emit_outcome(outcome)
-
-
-def emit_outcome(outcome: file_output.FileOutcome):
-    """A finished file's outputs: its dead and filtered records (tagged) and its stats (main)."""
-    counter("files_skipped" if outcome.stats["resumed"] else "files_out").inc()
-    counter("rows_out").inc(outcome.stats["rows_out"])
-    if outcome.dead.num_rows:
-        yield pvalue.TaggedOutput(DEAD, outcome.dead)
-    if outcome.filtered.num_rows:
-        yield pvalue.TaggedOutput(FILTERED, outcome.filtered)
-    yield outcome.stats
+        yield from outcome_outputs(outcome)
 
 
 class JoinAndWrite(beam.PTransform):
-    """(files, results, dead, filtered), each keyed by source -> tagged stats / dead / filtered."""
+    """(files, results, dead, filtered), each keyed by source -> stats (main) / dead / filtered."""
 
-    def __init__(self, output_dir: str, lineage: dict):
+    def __init__(self, settings: RunSettings):
         super().__init__()
-        self._fn = WriteTrainingRowsFn(output_dir, lineage)
+        self._fn = WriteTrainingRowsFn(settings)
 
     def expand(self, inputs):
         files, results, dead, filtered = inputs

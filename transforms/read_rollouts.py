@@ -1,63 +1,51 @@
-"""ReadRollouts: input files -> slim per-batch tables keyed by batch, plus file records."""
+"""ReadRollouts: input files -> slim per-batch tables keyed by batch, plus file records (the shuffle path)."""
 from __future__ import annotations
 
 import apache_beam as beam
 from apache_beam import pvalue
 
 import schemas
-from transforms import rows
-from transforms.formats import BadFile, FailFast, read_rollouts
+from transforms.dofns import dead_file_outputs
+from transforms.lib.errors import BadFile
+from transforms.lib.readers import read_table
+from transforms.lib.records import DEAD, FILES, SLIM, FileRead
+from transforms.lib.settings import RunSettings
+from transforms.lib.slim import extract_slim
 from transforms.metrics import counter
-
-SLIM = "slim"
-FILES = "files"
-DEAD = "dead"
-
-
-def dead_file_outputs(source, reason, message, fail_fast):
-    """A whole file is unusable: one dead letter with a null row, and its file record."""
-    if fail_fast:
-        raise FailFast(f"{reason}: {message}")
-    counter("files_dead").inc()
-    yield pvalue.TaggedOutput(DEAD, rows.file_dead_letter(source, reason, message))
-    yield pvalue.TaggedOutput(FILES, (source, {"output": None, "rows_in": 0, "reason": reason}))
 
 
 class ReadSlimTablesFn(beam.DoFn):
     """input record {path, output, size, mtime} -> (batch key, (source, slim table, prompt_group_sizes))."""
 
-    def __init__(self, reward_key: str | None, fail_fast: bool = False):
-        self._reward_key = reward_key
-        self._fail_fast = fail_fast
+    def __init__(self, settings: RunSettings):
+        self._settings = settings
 
-    def process(self, element):
-        source = element["path"]
-        try:
-            table, metadata = read_rollouts(source, columns=schemas.SLIM_INPUT_COLUMNS)
-            parts = rows.extract_slim(table, source, self._reward_key)
-        except BadFile as bad:  # unreadable, or its batches cannot be decided (e.g. null `step`)
-            yield from self._dead_file(source, bad.reason, bad.message)
-        else:
-            yield from self._slim_parts(element, table, metadata, parts)
+    def process(self, record):
+        # the outputs come from a helper: Beam's type inference would read a union of tagged and keyed
+        # outputs from this body and refuse the keyed main output to GatherBatches
+        yield from self._outputs(record)
 
-    def _dead_file(self, source, reason, message):
-        yield from dead_file_outputs(source, reason, message, self._fail_fast)
-
-    def _slim_parts(self, record, table, metadata, parts):
+    def _outputs(self, record):
         source = record["path"]
+        try:
+            table, metadata = read_table(source, columns=schemas.SLIM_INPUT_COLUMNS)
+            parts = extract_slim(table, source, self._settings.labeling.reward_key)
+        except BadFile as bad:  # unreadable, or its batches cannot be decided (e.g. null `step`)
+            yield from dead_file_outputs(source, bad.reason, bad.message, self._settings.fail_fast,
+                                         self._settings.output)
+            return
         counter("rows_in").inc(table.num_rows)
-        yield pvalue.TaggedOutput(FILES, (source, dict(record, rows_in=table.num_rows, reason=None)))
+        yield pvalue.TaggedOutput(FILES, (source, FileRead(source, table.num_rows, input=record)))
         for batch_key, slim in parts:
             yield batch_key, (source, slim, metadata["prompt_group_sizes"])
 
 
 class ReadRollouts(beam.PTransform):
-    """PCollection[input record] -> tagged outputs slim / files / dead."""
+    """PCollection[input record] -> tagged outputs slim (main) / files / dead."""
 
-    def __init__(self, reward_key: str | None, fail_fast: bool = False):
+    def __init__(self, settings: RunSettings):
         super().__init__()
-        self._fn = ReadSlimTablesFn(reward_key, fail_fast)
+        self._fn = ReadSlimTablesFn(settings)
 
     def expand(self, sources):
-        return sources | "ReadSlimTables" >> beam.ParDo(self._fn).with_outputs(
-            FILES, DEAD, main=SLIM)
+        return sources | "ReadSlimTables" >> beam.ParDo(self._fn).with_outputs(FILES, DEAD, main=SLIM)

@@ -21,23 +21,26 @@ import time
 import apache_beam as beam
 from apache_beam.io.watch import PollFn, PollResult, Watch, never
 
-from pipeline import watch_records
-from pipeline.landing import DONE_SUFFIX, SUCCESS_NAME, Landing, Seen
+from transforms.lib import filesystem, watch_records
+from transforms.lib.errors import MissingInput
+from transforms.lib.inputs import InputFile, expand_inputs
+from transforms.lib.plan import step_range
+from transforms.lib.settings import RunSettings, WatchSettings
+from transforms.lib.watch_landing import DONE_SUFFIX, SUCCESS_NAME, Landing, Seen
 
 
 class PollLandedFiles(PollFn):
     """One listing per call. Keeps the landing bookkeeping between polls on this instance; losing it
     (a restarted worker) only delays a file by one poll: done files are recognised from the output."""
 
-    def __init__(self, inputs, output_dir, fingerprint, poll_interval, stop_after_idle=None, stop_after_files=None,
-                 require_marker=False):
-        self._inputs = tuple(inputs)
-        self._output_dir = output_dir
-        self._fingerprint = fingerprint
-        self._poll_interval = poll_interval
-        self._stop_after_idle = stop_after_idle
-        self._stop_after_files = stop_after_files
-        self._require_marker = require_marker
+    def __init__(self, settings: RunSettings, watch: WatchSettings):
+        self._inputs = settings.inputs
+        self._output_dir = settings.output
+        self._fingerprint = settings.fingerprint()
+        self._poll_interval = watch.poll_interval
+        self._stop_after_idle = watch.stop_after_idle
+        self._stop_after_files = watch.stop_after_files
+        self._require_marker = watch.require_marker
         self._landing = None
         self._last_poll = None
         self._last_activity = None
@@ -84,23 +87,17 @@ class PollLandedFiles(PollFn):
         self._last_poll = time.monotonic()
 
     def _list(self) -> list[Seen]:
-        from apache_beam.io.filesystems import FileSystems
-
-        from pipeline.inputs import expand_inputs
-        from pipeline.options import UsageError
         try:
             files = expand_inputs(self._inputs, self._output_dir)
-        except UsageError as error:
-            if "no such file or directory" in str(error):
-                return []  # the producer has not created it yet
-            raise
+        except MissingInput:
+            return []  # the producer has not created it yet
         closed_folders = {}
         listing = []
         for f in files:
             folder = f.path.rsplit("/", 1)[0] if "/" in f.path else "."
             if folder not in closed_folders:
-                closed_folders[folder] = FileSystems.exists(FileSystems.join(folder, SUCCESS_NAME))
-            marked = closed_folders[folder] or FileSystems.exists(f.path + DONE_SUFFIX)
+                closed_folders[folder] = filesystem.exists(filesystem.join(folder, SUCCESS_NAME))
+            marked = closed_folders[folder] or filesystem.exists(f.path + DONE_SUFFIX)
             listing.append(Seen(f.path, f.output, f.size, f.mtime, marked, closed_folders[folder]))
         return listing
 
@@ -121,9 +118,6 @@ class PollLandedFiles(PollFn):
         return True
 
     def _step_range(self, seen: Seen):
-        from pipeline.inputs import InputFile
-        from pipeline.plan import step_range
-
         if seen.identity not in self._step_ranges:
             self._step_ranges[seen.identity] = step_range(InputFile(seen.path, seen.output, seen.size, seen.mtime))
         return self._step_ranges[seen.identity]
@@ -132,12 +126,10 @@ class PollLandedFiles(PollFn):
 class WatchFiles(beam.PTransform):
     """PBegin -> unbounded PCollection of JSON releases {"files": [...], "late": bool}."""
 
-    def __init__(self, inputs, output_dir, fingerprint, poll_interval, stop_after_idle=None, stop_after_files=None,
-                 require_marker=False):
+    def __init__(self, settings: RunSettings, watch: WatchSettings):
         super().__init__()
-        self._poll = PollLandedFiles(inputs, output_dir, fingerprint, poll_interval, stop_after_idle,
-                                     stop_after_files, require_marker)
-        self._poll_interval = poll_interval
+        self._poll = PollLandedFiles(settings, watch)
+        self._poll_interval = watch.poll_interval
 
     def expand(self, pbegin):
         return (pbegin

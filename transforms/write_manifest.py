@@ -3,31 +3,35 @@ from __future__ import annotations
 
 import apache_beam as beam
 
-from pipeline import manifest as manifest_lib
-from transforms import sinks
 from transforms.combiners import CollectFn
+from transforms.lib import manifest as manifest_lib
+from transforms.lib import output_files
+from transforms.lib.errors import RunStopped
+from transforms.lib.output_dir import stop_run
+from transforms.lib.settings import RunSettings
 
 
 class WriteManifestFn(beam.DoFn):
-    def __init__(self, output_dir: str, record: dict, fingerprint: str, inputs: list[dict],
-                 max_dead_fraction: float | None):
-        self._output_dir, self._record, self._fingerprint, self._inputs = output_dir, record, fingerprint, inputs
-        self._max_dead_fraction = max_dead_fraction
+    def __init__(self, settings: RunSettings, inputs: list[dict]):
+        self._settings, self._inputs = settings, inputs
 
     def process(self, stats):
-        manifest = manifest_lib.build_manifest(self._record, self._fingerprint, self._inputs, stats,
-                                               self._max_dead_fraction)
-        sinks.write_bytes_atomically(manifest_lib.dumps(manifest), self._output_dir, manifest_lib.MANIFEST_NAME)
+        settings = self._settings
+        try:
+            manifest = manifest_lib.build_manifest(settings.lineage(), settings.fingerprint(), self._inputs, stats,
+                                                   settings.max_dead_fraction)
+        except RunStopped as stopped:  # lost rows, or too many dead ones: never committed
+            raise stop_run(settings.output, stopped) from None
+        output_files.write_bytes_atomically(manifest_lib.dumps(manifest), settings.output, manifest_lib.MANIFEST_NAME)
         yield manifest
 
 
 class WriteManifest(beam.PTransform):
-    """PCollection[stat dict] from every stage -> the manifest (also written to DIR/_manifest.json)."""
+    """PCollection[Stat] from every stage -> the manifest (also written to DIR/_manifest.json)."""
 
-    def __init__(self, output_dir: str, record: dict, fingerprint: str, inputs: list[dict],
-                 max_dead_fraction: float | None = None):
+    def __init__(self, settings: RunSettings, inputs: list[dict]):
         super().__init__()
-        self._fn = WriteManifestFn(output_dir, record, fingerprint, inputs, max_dead_fraction)
+        self._fn = WriteManifestFn(settings, inputs)
 
     def expand(self, stats):
         return (stats

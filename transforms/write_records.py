@@ -2,20 +2,11 @@
 from __future__ import annotations
 
 import apache_beam as beam
-import pyarrow as pa
 
-import schemas
-from transforms import sinks
-from transforms.combiners import CollectFn
-
-
-class ConcatTablesFn(CollectFn):
-    def extract_output(self, tables):
-        if not tables:
-            return schemas.DEAD_LETTERS.empty_table()
-        table = pa.concat_tables(tables)
-        # runners deliver in any order; sort so the file is byte-identical run to run
-        return table.sort_by([("source", "ascending"), ("row", "ascending"), ("reason", "ascending")])
+from transforms.combiners import ConcatTablesFn
+from transforms.lib import output_files
+from transforms.lib.dead_letters import summarize
+from transforms.lib.settings import RunSettings
 
 
 class WriteRecordsFn(beam.DoFn):
@@ -24,29 +15,16 @@ class WriteRecordsFn(beam.DoFn):
 
     def process(self, table):
         if table.num_rows:
-            sinks.write_parquet_atomically(table, self._output_dir, self._name, lineage=self._lineage)
-        by_reason: dict[str, int] = {}
-        for reason, row in zip(table.column("reason").to_pylist(), table.column("row").to_pylist()):
-            key = reason if row is not None else f"{reason} (file)"
-            by_reason[key] = by_reason.get(key, 0) + 1
-        yield {"kind": self._kind, "records": table.num_rows,
-               "rows": int(table.num_rows - table.column("row").null_count),
-               "files": int(table.column("row").null_count), "by_reason": by_reason,
-               "by_source": _rows_by_source(table), "output": self._name if table.num_rows else None}
-
-
-def _rows_by_source(table):
-    counts: dict[str, int] = {}
-    for source, row in zip(table.column("source").to_pylist(), table.column("row").to_pylist()):
-        if row is not None:
-            counts[source] = counts.get(source, 0) + 1
-    return counts
+            output_files.write_parquet_atomically(table, self._output_dir, self._name, lineage=self._lineage)
+        yield summarize(table, self._kind, self._name)
 
 
 class WriteRecords(beam.PTransform):
-    def __init__(self, output_dir: str, name: str, kind: str, lineage: dict):
+    """PCollection[record tables] -> the file DIR/name (when any record) -> one RecordsWritten."""
+
+    def __init__(self, settings: RunSettings, name: str, kind: str):
         super().__init__()
-        self._fn = WriteRecordsFn(output_dir, name, kind, lineage)
+        self._fn = WriteRecordsFn(settings.output, name, kind, settings.lineage())
 
     def expand(self, tables):
         return (tables

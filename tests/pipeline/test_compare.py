@@ -13,8 +13,8 @@ import pytest
 from pipeline.generate import RunSpec, generate_rows, write_parquet_run
 from tests.conftest import run_cli
 from tests.expected import expected_outputs
-from transforms.comparison import AGREE_ABS, AGREE_REL, ZERO_TOL
-from transforms.comparison_report import PLOTS
+from transforms.lib.compare_batches import AGREE_ABS, AGREE_REL, ZERO_TOL
+from transforms.lib.compare_report import PLOTS
 from transforms.core.config import CoreConfig
 
 # One file, five steps; A = legacy-reshape, B = rollout-mainstream, both grpo without std.
@@ -301,8 +301,9 @@ def test_compare_labelings_stage_one_step_over_two_files(test_pipeline, tmp_path
     # B: [-1/2, 1/2 x3, -1, -1, 1]: no row agrees, no wrong sign, B's two groups differ
     from apache_beam.testing.util import assert_that, equal_to
 
-    from transforms.compare_labelings import GROUPS, CompareLabelings
-    from transforms.comparison import Side
+    from transforms.compare_labelings import CompareLabelings
+    from transforms.lib.records import GROUPS
+    from transforms.lib.settings import CompareSettings, Labeling, Side
 
     paths = []
     for name, rows in (("f0", [(0, 10, 0.0), (0, 11, 1.0)]),
@@ -312,10 +313,10 @@ def test_compare_labelings_stage_one_step_over_two_files(test_pipeline, tmp_path
         pq.write_table(pa.table({"step": [7] * len(rows), "group_index": list(group), "rollout_id": list(rollout),
                                  "reward": list(reward)}), path)
         paths.append({"path": path, "name": name, "output": f"part-{name}.parquet", "size": 0, "mtime": 0.0})
-    a = Side(CoreConfig("group-index", std_normalization=False))
-    b = Side(CoreConfig("rollout-mainstream", std_normalization=False))
+    a = Side(Labeling(CoreConfig("group-index", std_normalization=False)))
+    b = Side(Labeling(CoreConfig("rollout-mainstream", std_normalization=False)))
     with test_pipeline as p:
-        out = p | beam.Create([paths]) | CompareLabelings(a, b, device="cpu")
+        out = p | beam.Create([paths]) | CompareLabelings(CompareSettings((), "", a, b, device="cpu"))
         counts = out.batches | "Counts" >> beam.Map(lambda r: (r["label"], r["rows"], r["compared"], r["agree"],
                                                                r["wrong_sign"], r["groups_differing"]))
         assert_that(counts, equal_to([("7", 7, 7, 0, 0, 2)]))

@@ -1,8 +1,8 @@
 """Expanding --input and naming outputs: unique names that never escape the output directory."""
 import pytest
 
-from pipeline.inputs import expand_inputs, output_name
-from pipeline.options import UsageError
+from transforms.lib.inputs import expand_inputs, output_name
+from transforms.lib.errors import UsageError
 
 
 @pytest.mark.parametrize("path,root,name", [

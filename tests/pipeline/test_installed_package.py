@@ -46,8 +46,8 @@ def installed(tmp_path_factory):
 
 def test_the_venv_imports_the_wheel_not_the_source_tree(installed):
     python, env, site, work = installed
-    where = subprocess.run([python, "-c", "import pipeline.runner, transforms.core.relabel, schemas;"
-                            "print(pipeline.runner.__file__, transforms.core.relabel.__file__, schemas.__file__)"],
+    where = subprocess.run([python, "-c", "import pipeline.run, transforms.core.advantages, schemas;"
+                            "print(pipeline.run.__file__, transforms.core.advantages.__file__, schemas.__file__)"],
                            env=env, cwd=work, capture_output=True, text=True, check=True).stdout.split()
     assert len(where) == 3 and all(w.startswith(str(site)) for w in where), where
 

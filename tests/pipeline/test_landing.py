@@ -1,5 +1,5 @@
 """The watcher's bookkeeping, poll by poll, without Beam."""
-from pipeline.landing import Landing, Seen
+from transforms.lib.watch_landing import Landing, Seen
 
 
 def seen(path, size=10, mtime=1.0, marked=False, folder_closed=False):

@@ -4,10 +4,10 @@ import pyarrow.parquet as pq
 import pytest
 
 from pipeline.generate import RunSpec, write_parquet_run
-from pipeline.inputs import expand_inputs
+from transforms.lib.inputs import expand_inputs
 from pipeline.local_threads import (GROUP_MEMORY_FACTOR, MAX_LOCAL_THREADS, MEMORY_SHARE, available_memory, cores,
                                     local_thread_count)
-from pipeline.plan import group_by_batch_sharing, read_footers
+from transforms.lib.plan import group_by_batch_sharing, read_footers
 from tests.conftest import run_cli
 
 GB = 10 ** 9

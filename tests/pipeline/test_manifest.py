@@ -1,22 +1,24 @@
 """The manifest's accounting: rows in = out + dead + filtered, or nothing is committed."""
 import pytest
 
-from pipeline.manifest import AccountingError, TooManyDeadRows, build_manifest, exit_code
+from transforms.lib.errors import AccountingError, TooManyDeadRows
+from transforms.lib.manifest import build_manifest, exit_code
+from transforms.lib.records import BatchCounts, FileRead, FileWritten, RecordsWritten
 
 INPUTS = [{"path": "a.parquet", "size": 10, "mtime": 1.0}, {"path": "b.pt", "size": 5, "mtime": 2.0}]
 
 
 def stats(rows_out=7, dead_rows=2):
     return [
-        {"kind": "read", "source": "a.parquet", "rows_in": 6, "reason": None},
-        {"kind": "read", "source": "b.pt", "rows_in": 4, "reason": None},
-        {"kind": "file", "source": "a.parquet", "output": "part-a.parquet", "rows_out": rows_out - 3},
-        {"kind": "file", "source": "b.pt", "output": "part-b.parquet", "rows_out": 3},
-        {"kind": "batch", "groups": 3, "rollouts": 9, "uniform_groups": 1, "group_sizes": [0, 0, 1, 2]},
-        {"kind": "dead", "rows": dead_rows, "files": 0, "by_reason": {"non-finite-reward": dead_rows},
-         "by_source": {"a.parquet": dead_rows}, "output": "dead_letters.parquet"},
-        {"kind": "filtered", "rows": 1, "files": 0, "by_reason": {"uniform-group": 1},
-         "by_source": {"b.pt": 1}, "output": "filtered.parquet"},
+        FileRead("a.parquet", 6),
+        FileRead("b.pt", 4),
+        FileWritten("a.parquet", "part-a.parquet", 6, rows_out - 3, resumed=False),
+        FileWritten("b.pt", "part-b.parquet", 4, 3, resumed=False),
+        BatchCounts("step=0", rows=10, rows_dead=dead_rows, rows_filtered=1, groups=3, rollouts=9, uniform_groups=1,
+                    group_sizes=[0, 0, 1, 2]),
+        RecordsWritten("dead", dead_rows, dead_rows, 0, {"non-finite-reward": dead_rows}, {"a.parquet": dead_rows},
+                       "dead_letters.parquet"),
+        RecordsWritten("filtered", 1, 1, 0, {"uniform-group": 1}, {"b.pt": 1}, "filtered.parquet"),
     ]
 
 

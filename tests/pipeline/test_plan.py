@@ -4,8 +4,8 @@ import os
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from pipeline.inputs import expand_inputs
-from pipeline.plan import group_by_batch_sharing
+from transforms.lib.inputs import expand_inputs
+from transforms.lib.plan import group_by_batch_sharing
 from tests.conftest import FIXTURES
 
 

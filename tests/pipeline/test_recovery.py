@@ -12,7 +12,7 @@ import pytest
 
 from pipeline.generate import RunSpec, write_parquet_run
 from tests.conftest import ROOT, run_cli
-from transforms.faults import ENV
+from transforms.lib.faults import ENV
 
 
 @pytest.fixture(scope="module")

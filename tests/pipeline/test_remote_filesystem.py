@@ -7,7 +7,7 @@ import pytest
 
 from pipeline.generate import RunSpec, write_parquet_run, write_pt_run
 from tests import memfs
-from transforms.sinks import LINEAGE_KEY
+from transforms.lib.output_files import LINEAGE_KEY
 from tests.conftest import run_cli
 
 

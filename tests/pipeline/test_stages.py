@@ -8,8 +8,8 @@ import pyarrow.parquet as pq
 from apache_beam.testing.util import assert_that
 
 from pipeline.graph import build
-from pipeline.inputs import expand_inputs
-from pipeline.settings import RunSettings
+from transforms.lib.inputs import expand_inputs
+from transforms.lib.settings import Labeling, RunSettings
 from tests.pipeline.matchers import advantages_by_source, dead_reasons, manifest_counts
 from transforms.core.config import CoreConfig
 from transforms.gather_batches import GatherBatches
@@ -20,6 +20,11 @@ from transforms.read_rollouts import ReadRollouts
 def write(path, **columns):
     pq.write_table(pa.table(columns), path)
     return str(path)
+
+
+def run_settings(tmp_path, core=None, **changes):
+    return RunSettings(inputs=(str(tmp_path),), output=str(tmp_path / "out"), labeling=Labeling(core or CoreConfig()),
+                       device="cpu", **changes)
 
 
 def record(path):
@@ -33,9 +38,9 @@ def test_read_gather_and_group_advantages(test_pipeline, tmp_path):
     b = write(tmp_path / "b.parquet", step=[0, 0, 0, 0], group_index=[0, 0, 1, 1], rollout_id=[11, 11, 20, 21],
               reward=[1.0, 1.0, 2.0, 4.0])
     with test_pipeline as p:
-        read = p | beam.Create([record(a), record(b)]) | ReadRollouts(None)
+        read = p | beam.Create([record(a), record(b)]) | ReadRollouts(run_settings(tmp_path))
         computed = (read.slim | GatherBatches()
-                    | GroupAdvantages(CoreConfig(std_normalization=False), device="cpu"))
+                    | GroupAdvantages(run_settings(tmp_path, CoreConfig(std_normalization=False))))
         assert_that(computed.results, advantages_by_source({a: [-0.5, 0.5, -1.0], b: [0.5, 0.5, -1.0, 1.0]}))
         assert_that(computed.dead, dead_reasons({}), label="NoDeadLetters")
 
@@ -46,8 +51,8 @@ def test_bad_file_and_bad_rows_are_dead_lettered(test_pipeline, tmp_path):
     broken = tmp_path / "broken.parquet"
     broken.write_bytes(b"PAR1 not really")
     with test_pipeline as p:
-        read = p | beam.Create([record(good), record(str(broken))]) | ReadRollouts(None)
-        computed = read.slim | GatherBatches() | GroupAdvantages(CoreConfig(), device="cpu")
+        read = p | beam.Create([record(good), record(str(broken))]) | ReadRollouts(run_settings(tmp_path))
+        computed = read.slim | GatherBatches() | GroupAdvantages(run_settings(tmp_path))
         dead = (read.dead, computed.dead) | beam.Flatten()
         assert_that(dead, dead_reasons({"non-finite-reward": 2, "unreadable-file": 1}))
         assert_that(computed.results, advantages_by_source({good: [-0.7071063, 0.7071063]}), label="GoodGroup")
@@ -60,8 +65,8 @@ def test_whole_graph_writes_outputs_and_manifest(test_pipeline, tmp_path):
     write(src / "1.parquet", group_index=[0, 0], rollout_id=[1, 1], reward=[3.0, float("inf")])
     out = tmp_path / "out"
     out.mkdir()
-    settings = RunSettings(inputs=(str(src),), output=str(out), core=CoreConfig(std_normalization=False),
-                           device="cpu")
+    settings = RunSettings(inputs=(str(src),), output=str(out),
+                           labeling=Labeling(CoreConfig(std_normalization=False)), device="cpu")
     files = expand_inputs(settings.inputs, settings.output)
     with test_pipeline as p:
         manifest = build(p, settings, files)
@@ -89,8 +94,8 @@ def test_shuffle_path_and_one_pass_path_write_identical_files(tmp_path, monkeypa
         monkeypatch.setattr(graph, "group_by_batch_sharing", split)
         out = tmp_path / path
         out.mkdir()
-        settings = RunSettings(inputs=(str(src),), output=str(out), core=CoreConfig(), device="cpu",
-                               drop_uniform_groups=True)
+        settings = RunSettings(inputs=(str(src),), output=str(out), device="cpu",
+                               labeling=Labeling(CoreConfig(), drop_uniform_groups=True))
         with TestPipeline(runner="FnApiRunner") as p:
             build(p, settings, expand_inputs(settings.inputs, settings.output))
         outputs[path] = {n: (out / n).read_bytes() for n in sorted(os.listdir(out))}

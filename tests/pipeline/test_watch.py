@@ -14,7 +14,7 @@ from pipeline.generate import RunSpec, write_parquet_run, write_pt_run
 from tests.conftest import ROOT, run_cli
 from tests.expected import expected_outputs
 from transforms.core.config import CoreConfig
-from transforms.faults import ENV
+from transforms.lib.faults import ENV
 
 POLL = "0.5"
 

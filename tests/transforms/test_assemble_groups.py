@@ -10,6 +10,7 @@ from apache_beam.transforms.window import TimestampedValue
 from tests.pipeline.matchers import dead_messages, streamed_advantages
 from tests.reference import Batch, Row, reference_relabel
 from transforms.assemble_groups import AssembleGroups, canonical_order, key_messages
+from transforms.lib.settings import Labeling
 from transforms.core.config import CoreConfig
 from transforms.relabel_groups import RelabelGroups
 
@@ -55,7 +56,7 @@ def test_complete_late_and_incomplete_groups():
     options.view_as(StandardOptions).streaming = True
     with TestPipeline(options=options) as p:
         assembled = p | "Messages" >> stream() | "Assemble" >> AssembleGroups(TIMEOUT)
-        relabelled = assembled.groups | "Relabel" >> RelabelGroups(CONFIG, device="cpu")
+        relabelled = assembled.groups | "Relabel" >> RelabelGroups(Labeling(CONFIG), device="cpu")
         dead = (assembled.dead, relabelled.dead) | beam.Flatten()
         assert_that(relabelled.training, streamed_advantages({(7, 0): oracle(GROUP_0), (7, 1): oracle(GROUP_1)}),
                     label="CheckAdvantages")
@@ -83,4 +84,4 @@ def test_end_marker_fans_out_to_each_group():
 
 def test_positional_semantics_are_refused():
     with pytest.raises(ValueError, match="legacy-reshape"):
-        RelabelGroups(CoreConfig(semantics="legacy-reshape"))
+        RelabelGroups(Labeling(CoreConfig(semantics="legacy-reshape")))

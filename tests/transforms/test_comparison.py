@@ -7,10 +7,12 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from transforms import comparison, comparison_report
-from transforms.comparison import Side, compare_batch, summarize
+from transforms.lib import compare_batches as comparison
+from transforms.lib import compare_report as comparison_report
+from transforms.lib.compare_batches import compare_batch, summarize
+from transforms.lib.settings import Labeling, Side
 from transforms.core.config import CoreConfig
-from transforms.write_comparison_report import SummarizeFn
+from transforms.write_compare_report import SummarizeFn
 
 
 def slim(rewards, groups, rollouts, rows=None):
@@ -21,8 +23,8 @@ def slim(rewards, groups, rollouts, rows=None):
                      "problem": pa.array([0] * n, pa.int64()), "detail": pa.nulls(n, pa.string())})
 
 
-A = Side(CoreConfig("group-index", std_normalization=False), spec="group-index,std=off")
-B = Side(CoreConfig("rollout-mainstream", std_normalization=False), spec="rollout-mainstream,std=off")
+A = Side(Labeling(CoreConfig("group-index", std_normalization=False)), spec="group-index,std=off")
+B = Side(Labeling(CoreConfig("rollout-mainstream", std_normalization=False)), spec="rollout-mainstream,std=off")
 
 
 def test_one_batch_split_over_two_files_is_counted_per_row():

@@ -9,7 +9,8 @@ import pytest
 import torch
 
 from tests.conftest import FIXTURES
-from transforms.formats import BadFile, read_rollouts, samples_to_table
+from transforms.lib.errors import BadFile
+from transforms.lib.readers import read_table, samples_to_table
 
 
 @pytest.mark.parametrize("folder,rows,sizes", [
@@ -19,7 +20,7 @@ from transforms.formats import BadFile, read_rollouts, samples_to_table
 ])
 def test_fixture_dumps_read_with_every_field(folder, rows, sizes):
     path = os.path.join(FIXTURES, folder, "0.pt")
-    table, metadata = read_rollouts(path)
+    table, metadata = read_table(path)
     samples = torch.load(path, weights_only=True)["samples"]
     assert table.num_rows == rows
     assert table.column_names == list(samples[0].keys())  # nothing dropped, order kept
@@ -28,7 +29,7 @@ def test_fixture_dumps_read_with_every_field(folder, rows, sizes):
 
 
 def test_reward_dict_becomes_a_struct_and_tensors_become_lists():
-    table, _ = read_rollouts(os.path.join(FIXTURES, "miles_reward_dict", "0.pt"))
+    table, _ = read_table(os.path.join(FIXTURES, "miles_reward_dict", "0.pt"))
     assert pa.types.is_struct(table.schema.field("reward").type)
     samples = torch.load(os.path.join(FIXTURES, "miles_reward_dict", "0.pt"), weights_only=True)["samples"]
     first = next(i for i, s in enumerate(samples) if s["rollout_routed_experts"] is not None)
@@ -36,7 +37,7 @@ def test_reward_dict_becomes_a_struct_and_tensors_become_lists():
 
 
 def test_column_projection():
-    table, _ = read_rollouts(os.path.join(FIXTURES, "slime_rollout_data", "0.pt"), columns=("reward", "index", "x"))
+    table, _ = read_table(os.path.join(FIXTURES, "slime_rollout_data", "0.pt"), columns=("reward", "index", "x"))
     assert table.column_names == ["index", "reward"]
 
 
@@ -62,7 +63,7 @@ def test_pickle_payload_is_refused_without_running(tmp_path):
     torch.save({"rollout_id": 0, "samples": [{"reward": 1.0, "payload": Exploit(str(marker))}]}, buffer)
     path.write_bytes(buffer.getvalue())
     with pytest.raises(BadFile) as caught:
-        read_rollouts(str(path))
+        read_table(str(path))
     assert caught.value.reason == "unsafe-pickle"
     assert not marker.exists()
 
@@ -72,7 +73,7 @@ def test_plain_pickle_is_refused_too(tmp_path):
     path = tmp_path / "evil.pt"
     path.write_bytes(pickle.dumps(Exploit(str(marker))))
     with pytest.raises(BadFile) as caught:
-        read_rollouts(str(path))
+        read_table(str(path))
     assert caught.value.reason in ("unsafe-pickle", "unreadable-file")
     assert not marker.exists()
 
@@ -82,7 +83,7 @@ def test_bad_parquet(tmp_path, content, reason):
     path = tmp_path / "x.parquet"
     path.write_bytes(content)
     with pytest.raises(BadFile) as caught:
-        read_rollouts(str(path))
+        read_table(str(path))
     assert caught.value.reason == reason
 
 
@@ -91,12 +92,12 @@ def test_truncated_pt(tmp_path):
     path = tmp_path / "cut.pt"
     path.write_bytes(data[: len(data) // 2])
     with pytest.raises(BadFile) as caught:
-        read_rollouts(str(path))
+        read_table(str(path))
     assert caught.value.reason == "unreadable-file"
 
 
 def test_parquet_reads_through_filesystems(tmp_path):
     path = tmp_path / "a.parquet"
     pq.write_table(pa.table({"reward": [1.0, 2.0], "tokens": [[1], [2, 3]]}), path)
-    table, metadata = read_rollouts(str(path), columns=("reward",))
+    table, metadata = read_table(str(path), columns=("reward",))
     assert table.column_names == ["reward"] and metadata["prompt_group_sizes"] is None

@@ -4,7 +4,11 @@ import pyarrow as pa
 import pytest
 
 from transforms.core.config import CoreConfig
-from transforms.rows import _final_loss_mask, _list_sums, extract_slim, relabel_batch, training_rows
+from transforms.lib.columns import list_sums
+from transforms.lib.label_batch import label_batch
+from transforms.lib.settings import Labeling
+from transforms.lib.slim import extract_slim
+from transforms.lib.training_rows import _final_loss_mask, training_rows
 
 
 def slim_of(table, reward_key=None, source="f.parquet"):
@@ -67,17 +71,17 @@ def test_relabel_batch_orders_rows_by_source_then_position_across_files():
     b = pa.table({"reward": [0.0, 5.0], "group_index": [0, 1], "rollout_id": [3, 4], "step": [0, 0]})
     [(_, slim_b)] = extract_slim(b, "b.parquet", None)
     [(_, slim_a)] = extract_slim(a, "a.parquet", None)
-    result = relabel_batch("step=0", [("b.parquet", slim_b), ("a.parquet", slim_a)], None, CoreConfig(std_normalization=False))
+    result = label_batch("step=0", [("b.parquet", slim_b), ("a.parquet", slim_a)], None, Labeling(CoreConfig(std_normalization=False)))
     assert result.results["a.parquet"].column("advantage").to_pylist() == pytest.approx([2 / 3, -1 / 3])
     assert result.results["b.parquet"].column("advantage").to_pylist() == pytest.approx([-1 / 3, 0.0])
     assert result.results["b.parquet"].column("prompt_group").to_pylist() == [0, 1]
-    assert result.counters["groups"] == 2 and result.counters["rollouts"] == 4
+    assert result.counters.groups == 2 and result.counters.rollouts == 4
 
 
 def test_relabel_batch_dead_letters_name_row_and_reason():
     table = pa.table({"reward": [1.0, float("nan"), 0.0, 1.0], "group_index": [0, 0, 1, 1], "rollout_id": [1, 2, 3, 4]})
     [(key, slim)] = extract_slim(table, "f.parquet", None)
-    result = relabel_batch(key, [("f.parquet", slim)], None, CoreConfig())
+    result = label_batch(key, [("f.parquet", slim)], None, Labeling(CoreConfig()))
     dead = result.dead.to_pydict()
     assert dead["row"] == [0, 1] and dead["reason"] == ["non-finite-reward"] * 2
     assert "nan" in dead["message"][1] and "row 1 of f.parquet" in dead["message"][0]
@@ -87,7 +91,7 @@ def test_relabel_batch_dead_letters_name_row_and_reason():
 def test_drop_uniform_groups_moves_rows_to_filtered():
     table = pa.table({"reward": [0.0, 0.0, 0.0, 1.0], "group_index": [0, 0, 1, 1], "rollout_id": [1, 2, 3, 4]})
     [(key, slim)] = extract_slim(table, "f.parquet", None)
-    result = relabel_batch(key, [("f.parquet", slim)], None, CoreConfig(), drop_uniform_groups=True)
+    result = label_batch(key, [("f.parquet", slim)], None, Labeling(CoreConfig(), drop_uniform_groups=True))
     assert result.filtered.column("row").to_pylist() == [0, 1]
     assert set(result.filtered.column("reason").to_pylist()) == {"uniform-group"}
     assert result.results["f.parquet"].column("row").to_pylist() == [2, 3]
@@ -98,7 +102,7 @@ def test_training_rows_keep_columns_in_place_and_replace_loss_mask():
                       "remove_sample": [True, False], "status": ["truncated", None], "reward": [1.0, 0.0],
                       "advantage": [9.0, 9.0]})
     [(key, slim)] = extract_slim(table, "f.parquet", None)
-    result = relabel_batch(key, [("f.parquet", slim)], None, CoreConfig(std_normalization=False))
+    result = label_batch(key, [("f.parquet", slim)], None, Labeling(CoreConfig(std_normalization=False)))
     out = training_rows(table, result.results["f.parquet"])
     assert out.column_names == ["tokens", "loss_mask", "response_length", "remove_sample", "status", "reward",
                                 "advantage", "raw_reward", "mainstream", "rollout_key", "prompt_group", "truncated",
@@ -135,15 +139,15 @@ def test_final_loss_mask_without_the_column_is_all_ones():
 
 def test_list_sums_of_a_sliced_array_with_empty_and_null_lists():
     lists = pa.array([[5, 5], [1, 2, 3], [], None, [4], [7, 7, 7]], pa.list_(pa.int32())).slice(1, 4)
-    assert _list_sums(lists).tolist() == [6, 0, 0, 4]
-    assert _list_sums(pa.array([[2**31 - 1, 2**31 - 1]], pa.list_(pa.int32()))).tolist() == [2**32 - 2]  # int64 sums
+    assert list_sums(lists).tolist() == [6, 0, 0, 4]
+    assert list_sums(pa.array([[2**31 - 1, 2**31 - 1]], pa.list_(pa.int32()))).tolist() == [2**32 - 2]  # int64 sums
 
 
 def test_the_same_file_twice_in_one_batch_is_duplicate_rows():
     from transforms.core.reasons import CODE
     table = pa.table({"reward": [1.0, 0.0], "rollout_id": [1, 2], "step": [0, 0]})
     [(key, slim)] = extract_slim(table, "f.parquet", None)
-    result = relabel_batch(key, [("f.parquet", slim), ("f.parquet", slim)], None, CoreConfig())
+    result = label_batch(key, [("f.parquet", slim), ("f.parquet", slim)], None, Labeling(CoreConfig()))
     assert set(result.dead.column("reason").to_pylist()) == {"duplicate-row"}
-    assert result.dead.num_rows == 4 and result.counters["rows_dead"] == 4
+    assert result.dead.num_rows == 4 and result.counters.rows_dead == 4
     assert CODE["duplicate-row"]

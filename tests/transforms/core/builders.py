@@ -3,7 +3,7 @@ import numpy as np
 
 from transforms.core.arrays import TORCH_CPU
 from transforms.core.reasons import CODE
-from transforms.core.relabel import relabel
+from transforms.core.advantages import compute_advantages
 from transforms.core.types import CoreInput, CoreOutput
 
 # numpy (the CPU backend) and torch on the CPU: the torch code path a GPU runs, checked without one
@@ -12,7 +12,7 @@ DEVICES = ["cpu", TORCH_CPU]
 
 def relabel_on(inp: CoreInput, config, device: str) -> CoreOutput:
     """The core on `device`, its output back as numpy arrays."""
-    return relabel(inp.to(device), config).to("cpu")
+    return compute_advantages(inp.to(device), config).to("cpu")
 
 
 def core_input(rows, *, batches=None, sizes=None):

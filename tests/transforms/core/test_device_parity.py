@@ -1,4 +1,4 @@
-"""The core's torch path against its numpy (CPU) path through relabel_batch, and both against the reference.
+"""The core's torch path against its numpy (CPU) path through label_batch, and both against the reference.
 
 RELABEL_TEST_DEVICE names the torch device (bench/gpu_check.sh sets cuda on a GPU machine): there
 advantages must agree within 1e-5 (CUDA adds in its own order). Unset, it is torch on the CPU, the
@@ -14,7 +14,9 @@ from pipeline.generate import RunSpec, write_parquet_run
 from tests.expected import expected_outputs
 from transforms.core.arrays import TORCH_CPU
 from transforms.core.config import SEMANTICS, CoreConfig
-from transforms.rows import extract_slim, relabel_batch
+from transforms.lib.label_batch import label_batch
+from transforms.lib.settings import Labeling
+from transforms.lib.slim import extract_slim
 
 DEVICE = os.environ.get("RELABEL_TEST_DEVICE", TORCH_CPU)
 ADVANTAGE_GAP = 0.0 if DEVICE == TORCH_CPU else 1e-5
@@ -40,8 +42,8 @@ def test_device_equals_cpu_and_reference(run, config):
     files, batches = run
     expected = expected_outputs(files, config)
     for key, parts in batches.items():
-        cpu = relabel_batch(key, parts, None, config, device="cpu")
-        device = relabel_batch(key, parts, None, config, device=DEVICE)
+        cpu = label_batch(key, parts, None, Labeling(config), "cpu")
+        device = label_batch(key, parts, None, Labeling(config), DEVICE)
         assert device.dead.equals(cpu.dead)  # rollout-shared kills groups whose siblings disagree
         for source, table in cpu.results.items():
             on_device = device.results[source]

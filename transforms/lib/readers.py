@@ -1,6 +1,6 @@
 """Reading rollout files (Parquet, slime/miles .pt dumps) into Arrow tables.
 
-Every byte goes through Beam's FileSystems, so gs://, s3://, hdfs:// and
+Every byte goes through transforms/lib/filesystem.py, so gs://, s3://, hdfs:// and
 mem:// paths work like local ones. No Beam pipeline code here.
 """
 from __future__ import annotations
@@ -11,17 +11,11 @@ import pickle
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-from apache_beam.io.filesystem import CompressionTypes
-from apache_beam.io.filesystems import FileSystems
-
-from transforms.core.reasons import BadFile
+from transforms.lib import filesystem
+from transforms.lib.errors import BadFile
 
 PT_SUFFIXES = (".pt", ".pth")
 PARQUET_SUFFIXES = (".parquet", ".pq")
-
-
-class FailFast(RuntimeError):
-    """--fail-fast: the first problem stops the run (the CLI then removes its outputs)."""
 
 
 def file_format(path: str) -> str:
@@ -33,7 +27,7 @@ def file_format(path: str) -> str:
     raise BadFile("unreadable-file", f"{path}: unknown file type (expected .pt or .parquet)")
 
 
-def read_rollouts(path: str, columns=None) -> tuple[pa.Table, dict]:
+def read_table(path: str, columns=None) -> tuple[pa.Table, dict]:
     """The file's rows as a table (only `columns` when given, those present) and its batch metadata.
 
     metadata: {"step": int | None, "prompt_group_sizes": list[int] | None}
@@ -48,7 +42,7 @@ def read_rollouts(path: str, columns=None) -> tuple[pa.Table, dict]:
 
 def _read_bytes(path: str) -> bytes:
     try:
-        with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
+        with filesystem.open_read(path) as handle:
             return handle.read()
     except Exception as error:  # noqa: BLE001 - any I/O failure makes the file unreadable
         raise BadFile("unreadable-file", f"{path}: cannot be read: {error}") from error
@@ -57,7 +51,7 @@ def _read_bytes(path: str) -> bytes:
 def _read_parquet(path, columns):
     """Streams through the FileSystems handle: the encoded file is never held in memory whole."""
     try:
-        handle = FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED)
+        handle = filesystem.open_read(path)
     except Exception as error:  # noqa: BLE001 - any I/O failure makes the file unreadable
         raise BadFile("unreadable-file", f"{path}: cannot be read: {error}") from error
     with handle:

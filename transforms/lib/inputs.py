@@ -5,10 +5,9 @@ import os
 import re
 from dataclasses import dataclass
 
-
-from pipeline.options import UsageError
-from transforms import sinks
-from transforms.formats import PARQUET_SUFFIXES, PT_SUFFIXES
+from transforms.lib import filesystem
+from transforms.lib.errors import MissingInput, UsageError
+from transforms.lib.readers import PARQUET_SUFFIXES, PT_SUFFIXES
 
 GLOB_CHARS = re.compile(r"[*?\[]")
 SAFE = re.compile(r"[^A-Za-z0-9._=-]+")
@@ -29,9 +28,9 @@ def expand_inputs(inputs, output_dir: str) -> list[InputFile]:
     found: dict[str, tuple[str, object]] = {}
     for spec in inputs:
         root, pattern = _root_and_pattern(spec)
-        matched = sinks.match_paths(pattern)
+        matched = filesystem.match(pattern)
         if not matched and not GLOB_CHARS.search(spec):
-            raise UsageError(f"--input {spec}: no such file or directory")
+            raise MissingInput(f"--input {spec}: no such file or directory")
         for meta in matched:
             path = meta.path
             if _is_rollout_file(path) and not _inside(path, output_dir) and path not in found:
@@ -62,7 +61,7 @@ def _root_and_pattern(spec: str):
         root = prefix if prefix.endswith("/") else prefix.rsplit("/", 1)[0] + "/"
         return root, spec
     tree = spec.rstrip("/") + "/"
-    if spec.endswith("/") or sinks.match_paths(tree + "**"):
+    if spec.endswith("/") or filesystem.match(tree + "**"):
         # object stores have no directories: a path is one when something lies under it
         return tree, tree + "**"
     return spec.rsplit("/", 1)[0] + "/" if "/" in spec else "", spec

@@ -10,10 +10,9 @@ from __future__ import annotations
 
 import json
 
-from apache_beam.io.filesystems import FileSystems
-
-from pipeline import manifest as manifest_lib
-from transforms import sinks
+from transforms.lib import filesystem, output_files
+from transforms.lib import manifest as manifest_lib
+from transforms.lib.records import RecordsWritten, stat_from_dict
 
 RECORDS_DIR = "_watch"
 DEAD_LETTERS_DIR = "dead_letters"
@@ -26,26 +25,26 @@ def record_name(output: str) -> str:
 
 
 def records_dir(output_dir: str) -> str:
-    return FileSystems.join(output_dir, RECORDS_DIR)
+    return filesystem.join(output_dir, RECORDS_DIR)
 
 
 def stop_path(output_dir: str) -> str:
-    return FileSystems.join(records_dir(output_dir), STOP_NAME)
+    return filesystem.join(records_dir(output_dir), STOP_NAME)
 
 
 def stop_requested(output_dir: str) -> bool:
-    return FileSystems.exists(stop_path(output_dir))
+    return filesystem.exists(stop_path(output_dir))
 
 
 def write_record(output_dir: str, record: dict) -> None:
     data = (json.dumps(record, sort_keys=True) + "\n").encode()
-    sinks.write_bytes_atomically(data, records_dir(output_dir), record_name(record["input"]["output"]))
+    output_files.write_bytes_atomically(data, records_dir(output_dir), record_name(record["input"]["output"]))
 
 
 def read_record(output_dir: str, output: str) -> dict | None:
-    path = FileSystems.join(records_dir(output_dir), record_name(output))
+    path = filesystem.join(records_dir(output_dir), record_name(output))
     try:
-        return sinks.read_json(path)
+        return output_files.read_json(path)
     except Exception:  # noqa: BLE001 - a damaged record means: not done
         return None
 
@@ -57,34 +56,33 @@ def is_done(record: dict | None, fingerprint: str, item: dict) -> bool:
 
 
 def read_records(output_dir: str) -> list[dict]:
-    matched = sinks.match_paths(FileSystems.join(records_dir(output_dir), "*.json"))
+    matched = filesystem.match(filesystem.join(records_dir(output_dir), "*.json"))
     records = []
     for meta in sorted(matched, key=lambda m: m.path):
         name = meta.path.replace("\\", "/").rsplit("/", 1)[-1]
-        if not name.startswith(sinks.TEMP_PREFIX):
-            records.append(sinks.read_json(meta.path))
+        if not name.startswith(output_files.TEMP_PREFIX):
+            records.append(output_files.read_json(meta.path))
     return records
 
 
-def merge_record_stats(kind: str, summaries: list[dict], directory: str) -> dict:
+def merge_record_stats(kind: str, summaries: list[dict], directory: str) -> RecordsWritten:
     """Per-input dead-letter (or filtered) summaries -> one, as WriteRecords reports a whole run's."""
-    merged = {"kind": kind, "records": 0, "rows": 0, "files": 0, "by_reason": {}, "by_source": {}, "output": None}
+    by_reason: dict[str, int] = {}
+    by_source: dict[str, int] = {}
     for s in summaries:
-        for name in ("records", "rows", "files"):
-            merged[name] += s[name]
         for reason, n in s["by_reason"].items():
-            merged["by_reason"][reason] = merged["by_reason"].get(reason, 0) + n
-        merged["by_source"].update(s["by_source"])
-    if merged["records"]:
-        merged["output"] = directory + "/"
-    return merged
+            by_reason[reason] = by_reason.get(reason, 0) + n
+        by_source.update(s["by_source"])
+    records = sum(s["records"] for s in summaries)
+    return RecordsWritten(kind, records, sum(s["rows"] for s in summaries), sum(s["files"] for s in summaries),
+                          by_reason, by_source, directory + "/" if records else None)
 
 
 def build_watch_manifest(output_dir: str, run_record: dict, fingerprint: str, state: str,
                          not_done: list[str] | None = None) -> dict:
     """The manifest of everything done so far in output_dir (under these options)."""
     records = [r for r in read_records(output_dir) if r.get("fingerprint") == fingerprint]
-    stats = [s for r in records for s in r["stats"]]
+    stats = [stat_from_dict(s) for r in records for s in r["stats"]]
     stats.append(merge_record_stats("dead", [r["dead"] for r in records], DEAD_LETTERS_DIR))
     stats.append(merge_record_stats("filtered", [r["filtered"] for r in records], FILTERED_DIR))
     manifest = manifest_lib.build_manifest(run_record, fingerprint, [r["input"] for r in records], stats)
@@ -95,5 +93,5 @@ def build_watch_manifest(output_dir: str, run_record: dict, fingerprint: str, st
 def write_watch_manifest(output_dir: str, run_record: dict, fingerprint: str, state: str,
                          not_done: list[str] | None = None) -> dict:
     manifest = build_watch_manifest(output_dir, run_record, fingerprint, state, not_done)
-    sinks.write_bytes_atomically(manifest_lib.dumps(manifest), output_dir, manifest_lib.MANIFEST_NAME)
+    output_files.write_bytes_atomically(manifest_lib.dumps(manifest), output_dir, manifest_lib.MANIFEST_NAME)
     return manifest

@@ -10,44 +10,45 @@ started is left for the next watch.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import apache_beam as beam
 import pyarrow as pa
 from apache_beam import pvalue
 
-from pipeline import watch_records
-from transforms import rows
-from transforms.core.config import CoreConfig
-from transforms.group_advantages import COUNTERS
-from transforms.join_and_write import DEAD, FILTERED
+from transforms.combiners import ConcatTablesFn
+from transforms.lib import filesystem, watch_records
+from transforms.lib.dead_letters import file_dead_letter, split_by_source
+from transforms.lib.inputs import InputFile
+from transforms.lib.plan import step_range
+from transforms.lib.records import COUNTERS, DEAD, FILES, FILTERED, STATS, FileRead, FileWritten, stat_to_dict
+from transforms.lib.settings import RunSettings
 from transforms.metrics import counter
-from transforms.read_rollouts import FILES
-from transforms.relabel_files import RelabelFileGroupFn
-from transforms.write_records import ConcatTablesFn, WriteRecordsFn
+from transforms.relabel_file_groups import RelabelFileGroupFn
+from transforms.write_records import WriteRecordsFn
 
 LATE_REASON = "late-batch-file"
 
 
 def split_outputs(outputs) -> dict:
-    """RelabelFileGroupFn's tagged outputs, by tag (main: 'stats')."""
-    by_tag = {"stats": [], FILES: [], DEAD: [], FILTERED: [], COUNTERS: []}
+    """RelabelFileGroupFn's tagged outputs, by tag."""
+    by_tag = {STATS: [], FILES: [], DEAD: [], FILTERED: [], COUNTERS: []}
     for output in outputs:
         if isinstance(output, pvalue.TaggedOutput):
             by_tag[output.tag].append(output.value)
         else:
-            by_tag["stats"].append(output)
+            by_tag[STATS].append(output)
     return by_tag
 
 
 class RelabelLandedFn(beam.DoFn):
-    def __init__(self, config: CoreConfig, reward_key, drop_uniform_groups, device, output_dir, lineage: dict,
-                 fingerprint: str):
-        self._group_fn = RelabelFileGroupFn(config, reward_key, drop_uniform_groups, device, False, output_dir,
-                                            lineage)
-        self._output_dir = output_dir
-        self._lineage = lineage
-        self._fingerprint = fingerprint
+    def __init__(self, settings: RunSettings):
+        # a stream never stops at the first bad input: it dead-letters and goes on
+        self._group_fn = RelabelFileGroupFn(dataclasses.replace(settings, fail_fast=False))
+        self._output_dir = settings.output
+        self._lineage = settings.lineage()
+        self._fingerprint = settings.fingerprint()
 
     def setup(self):
         self._group_fn.setup()
@@ -63,8 +64,8 @@ class RelabelLandedFn(beam.DoFn):
             for f in files:
                 message = (f"{f['path']}: its steps were already relabelled from other files (a later step had "
                            "landed); its rows were not in their statistics. Relabel the run with `relabel run`")
-                by_tag[DEAD].append(rows.file_dead_letter(f["path"], LATE_REASON, message))
-                by_tag[FILES].append((f["path"], {"output": None, "rows_in": 0, "reason": LATE_REASON}))
+                by_tag[DEAD].append(file_dead_letter(f["path"], LATE_REASON, message))
+                by_tag[FILES].append((f["path"], FileRead(f["path"], 0, LATE_REASON)))
         else:
             by_tag = split_outputs(self._group_fn.process(files))
         dead, filtered = by_source(by_tag[DEAD]), by_source(by_tag[FILTERED])
@@ -74,50 +75,44 @@ class RelabelLandedFn(beam.DoFn):
             watch_records.write_record(self._output_dir, record)
             counter("files_done").inc()
             yield {"path": f["path"], "output": f["output"], "rows_out": sum(
-                s["rows_out"] for s in record["stats"] if s["kind"] == "file")}
+                s.rows_out for s in by_tag[STATS] if isinstance(s, FileWritten) and s.source == f["path"])}
         watch_records.write_watch_manifest(self._output_dir, self._lineage, self._fingerprint, "running")
 
     def _record(self, item: dict, group: list[dict], by_tag: dict, dead, filtered, first: bool) -> dict:
-        from pipeline.inputs import InputFile
-        from pipeline.plan import step_range
-
         source = item["path"]
-        stats = [dict(r, kind="read", source=s) for s, r in by_tag[FILES] if s == source]
-        stats += [s for s in by_tag["stats"] if s["source"] == source]
+        stats = [read for s, read in by_tag[FILES] if s == source]
+        stats += [s for s in by_tag[STATS] if s.source == source]
         if first:  # a batch may span the group's files: its counters go with the first one
-            stats += [dict(c, kind="batch") for c in by_tag[COUNTERS]]
-        dead = self._write_records(item, dead, watch_records.DEAD_LETTERS_DIR, "dead")
-        filtered = self._write_records(item, filtered, watch_records.FILTERED_DIR, "filtered")
+            stats += by_tag[COUNTERS]
+        dead = self._write_records(item, dead, watch_records.DEAD_LETTERS_DIR, DEAD)
+        filtered = self._write_records(item, filtered, watch_records.FILTERED_DIR, FILTERED)
         steps = step_range(InputFile(source, item["output"], item["size"], item["mtime"]))
         return {"input": item, "fingerprint": self._fingerprint, "steps": list(steps) if steps else None,
-                "group": [f["output"] for f in group], "stats": stats, "dead": dead, "filtered": filtered}
+                "group": [f["output"] for f in group], "stats": [stat_to_dict(s) for s in stats],
+                "dead": stat_to_dict(dead), "filtered": stat_to_dict(filtered)}
 
-    def _write_records(self, item, mine, directory, kind) -> dict:
+    def _write_records(self, item, mine, directory, kind):
         """This input's records (a table, or None), sorted as `relabel run` sorts them, in directory/<part name>."""
-        from apache_beam.io.filesystems import FileSystems
-
         table = ConcatTablesFn().extract_output([mine] if mine is not None else [])
-        target = FileSystems.join(self._output_dir, directory)
+        target = filesystem.join(self._output_dir, directory)
         summary = next(iter(WriteRecordsFn(target, item["output"], kind, self._lineage).process(table)))
-        stale = FileSystems.join(target, item["output"])
-        if not table.num_rows and FileSystems.exists(stale):  # the input changed since it was last relabelled
-            FileSystems.delete([stale])
+        if not table.num_rows:  # the input changed since it was last relabelled
+            filesystem.delete_existing([filesystem.join(target, item["output"])])
         return summary
 
 
 def by_source(tables: list) -> dict:
     """source -> that input's records, from the group's record tables."""
     tables = [t for t in tables if t.num_rows]
-    return rows.split_by_source(pa.concat_tables(tables)) if tables else {}
+    return split_by_source(pa.concat_tables(tables)) if tables else {}
 
 
 class RelabelLandedFiles(beam.PTransform):
     """PCollection[JSON release] -> PCollection[{path, output, rows_out}] per input done."""
 
-    def __init__(self, config: CoreConfig, reward_key, drop_uniform_groups, device, output_dir, lineage: dict,
-                 fingerprint: str):
+    def __init__(self, settings: RunSettings):
         super().__init__()
-        self._fn = RelabelLandedFn(config, reward_key, drop_uniform_groups, device, output_dir, lineage, fingerprint)
+        self._fn = RelabelLandedFn(settings)
 
     def expand(self, releases):
         return releases | "RelabelEachRelease" >> beam.ParDo(self._fn)

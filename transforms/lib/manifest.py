@@ -1,54 +1,51 @@
 """The run manifest: what was read, written, dead-lettered and filtered, and how it was made.
 
-Pure functions; transforms/write_manifest.py writes it, last, through FileSystems.
+Pure functions; transforms/write_manifest.py writes it, last.
 """
 from __future__ import annotations
 
 import json
 
 import schemas
+from transforms.lib.errors import AccountingError, ExitCode, TooManyDeadRows
+from transforms.lib.records import BatchCounts, FileRead, FileWritten, RecordsWritten, Stat
 
 MANIFEST_NAME = "_manifest.json"
 
 
-class AccountingError(RuntimeError):
-    """rows in != rows out + dead + filtered: something was lost; never commit such a run."""
-
-
-class TooManyDeadRows(RuntimeError):
-    """--max-dead-fraction exceeded: the run is not committed."""
-
-
-def build_manifest(record: dict, fingerprint: str, inputs: list[dict], stats: list[dict],
+def build_manifest(record: dict, fingerprint: str, inputs: list[dict], stats: list[Stat],
                    max_dead_fraction: float | None = None) -> dict:
-    reads = {s["source"]: s for s in stats if s["kind"] == "read"}
-    written = {s["source"]: s for s in stats if s["kind"] == "file"}
-    batches = [s for s in stats if s["kind"] == "batch"]
-    dead = _one(stats, "dead")
-    filtered = _one(stats, "filtered")
+    """The manifest from every stage's stats; raises AccountingError when rows were lost and
+    TooManyDeadRows above max_dead_fraction (neither is ever committed)."""
+    reads = {s.source: s for s in stats if isinstance(s, FileRead)}
+    written = {s.source: s for s in stats if isinstance(s, FileWritten)}
+    batches = [s for s in stats if isinstance(s, BatchCounts)]
+    dead = _records(stats, "dead")
+    filtered = _records(stats, "filtered")
 
     files = []
     for item in sorted(inputs, key=lambda i: i["path"]):
         path = item["path"]
-        read = reads.get(path, {})
-        out = written.get(path, {})
+        read = reads.get(path)
+        out = written.get(path)
         files.append({
             "path": path, "size": item.get("size"), "mtime": item.get("mtime"),
-            "output": out.get("output"), "rows_in": read.get("rows_in", 0), "rows_out": out.get("rows_out", 0),
-            "rows_dead": dead["by_source"].get(path, 0), "rows_filtered": filtered["by_source"].get(path, 0),
-            "unreadable": read.get("reason"),
+            "output": out.output if out else None, "rows_in": read.rows_in if read else 0,
+            "rows_out": out.rows_out if out else 0,
+            "rows_dead": dead.by_source.get(path, 0), "rows_filtered": filtered.by_source.get(path, 0),
+            "unreadable": read.reason if read else None,
         })
     counts = {
         "files": len(files),
         "files_unreadable": sum(1 for f in files if f["unreadable"]),
         "rows_in": sum(f["rows_in"] for f in files),
         "rows_out": sum(f["rows_out"] for f in files),
-        "rows_dead": dead["rows"],
-        "rows_filtered": filtered["rows"],
+        "rows_dead": dead.rows,
+        "rows_filtered": filtered.rows,
         "batches": len(batches),
-        "groups": sum(b["groups"] for b in batches),
-        "rollouts": sum(b["rollouts"] for b in batches),
-        "uniform_groups": sum(b["uniform_groups"] for b in batches),
+        "groups": sum(b.groups for b in batches),
+        "rollouts": sum(b.rollouts for b in batches),
+        "uniform_groups": sum(b.uniform_groups for b in batches),
     }
     if counts["rows_in"] != counts["rows_out"] + counts["rows_dead"] + counts["rows_filtered"]:
         raise AccountingError(
@@ -61,7 +58,7 @@ def build_manifest(record: dict, fingerprint: str, inputs: list[dict], stats: li
                                   f"above --max-dead-fraction {max_dead_fraction}; nothing committed")
     histogram: dict[int, int] = {}
     for b in batches:
-        for size, how_many in enumerate(b["group_sizes"]):
+        for size, how_many in enumerate(b.group_sizes):
             if how_many:
                 histogram[size] = histogram.get(size, 0) + how_many
     return {
@@ -70,23 +67,23 @@ def build_manifest(record: dict, fingerprint: str, inputs: list[dict], stats: li
         "run": record,
         "fingerprint": fingerprint,
         "counts": counts,
-        "dead_letters": {"file": dead["output"], "by_reason": dict(sorted(dead["by_reason"].items()))},
-        "filtered": {"file": filtered["output"], "by_reason": dict(sorted(filtered["by_reason"].items()))},
+        "dead_letters": {"file": dead.output, "by_reason": dict(sorted(dead.by_reason.items()))},
+        "filtered": {"file": filtered.output, "by_reason": dict(sorted(filtered.by_reason.items()))},
         "group_size_histogram": {str(k): histogram[k] for k in sorted(histogram)},
         "inputs": files,
     }
 
 
-def _one(stats, kind):
-    found = [s for s in stats if s["kind"] == kind]
-    return found[0] if found else {"rows": 0, "files": 0, "by_reason": {}, "by_source": {}, "output": None}
+def _records(stats, kind) -> RecordsWritten:
+    found = [s for s in stats if isinstance(s, RecordsWritten) and s.kind == kind]
+    return found[0] if found else RecordsWritten(kind)
 
 
 def dumps(manifest: dict) -> bytes:
     return (json.dumps(manifest, indent=2, sort_keys=True) + "\n").encode()
 
 
-def exit_code(manifest: dict) -> int:
-    """0: every row written; 3: finished with dead letters."""
+def exit_code(manifest: dict) -> ExitCode:
+    """OK: every row written; DEAD_LETTERS: finished with dead letters."""
     counts = manifest["counts"]
-    return 3 if counts["rows_dead"] or counts["files_unreadable"] else 0
+    return ExitCode.DEAD_LETTERS if counts["rows_dead"] or counts["files_unreadable"] else ExitCode.OK

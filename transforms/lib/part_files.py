@@ -7,12 +7,15 @@ from typing import Callable
 
 import pyarrow as pa
 
-from transforms import rows, sinks
+from transforms.lib import output_files
+from transforms.lib.dead_letters import with_row_json
+from transforms.lib.records import FileWritten
+from transforms.lib.training_rows import training_rows
 
 
 @dataclass
 class FileOutcome:
-    stats: dict
+    stats: FileWritten
     dead: pa.Table
     filtered: pa.Table
 
@@ -24,7 +27,7 @@ def concat(tables, schema) -> pa.Table:
 
 def is_complete(output_dir: str, name: str, lineage: dict) -> tuple[bool, int]:
     """Whether output_dir/name was written by a run with this exact lineage; its row count if so."""
-    existing = sinks.read_lineage(output_dir, name)
+    existing = output_files.read_lineage(output_dir, name)
     if existing is None or {k: existing.get(k) for k in lineage} != lineage:
         return False, 0
     return True, existing["_rows"]
@@ -44,12 +47,11 @@ def finish_file(record: dict, full_table: Callable[[], pa.Table], result: pa.Tab
     if complete[0]:
         rows_out = complete[1]
     else:
-        training = rows.training_rows(table, result)
-        sinks.write_parquet_atomically(training, output_dir, record["output"], lineage=lineage)
+        training = training_rows(table, result)
+        output_files.write_parquet_atomically(training, output_dir, record["output"], lineage=lineage)
         rows_out = training.num_rows
     return FileOutcome(
-        stats={"kind": "file", "source": record["path"], "output": record["output"], "rows_in": record["rows_in"],
-               "rows_out": rows_out, "resumed": complete[0]},
-        dead=rows.with_row_json(dead, table) if dead.num_rows else dead,
-        filtered=rows.with_row_json(filtered, table) if filtered.num_rows else filtered,
+        stats=FileWritten(record["path"], record["output"], record["rows_in"], rows_out, complete[0]),
+        dead=with_row_json(dead, table) if dead.num_rows else dead,
+        filtered=with_row_json(filtered, table) if filtered.num_rows else filtered,
     )

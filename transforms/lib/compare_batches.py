@@ -20,8 +20,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from transforms import rows
-from transforms.core.config import CoreConfig
+from transforms.lib.dead_letters import split_by_source
+from transforms.lib.label_batch import BatchResult, label_batch
+from transforms.lib.settings import Side
 
 ZERO_TOL = 1e-6
 AGREE_ABS = 1e-6
@@ -33,22 +34,6 @@ LIVE, DEAD, FILTERED = 0, 1, 2
 COUNTS = ("rows", "compared", "dead_a", "dead_b", "filtered_a", "filtered_b", "dead_both", "agree", "wrong_sign",
           "zero_to_nonzero", "nonzero_to_zero", "nonzero_a", "nonzero_b", "groups_a", "groups_b", "groups_differing",
           "uniform_groups_a", "uniform_groups_b")
-
-
-@dataclass
-class Side:
-    """One labeling: the core's configuration and whether uniform groups are filtered."""
-    config: CoreConfig
-    drop_uniform_groups: bool = False
-    spec: str = ""
-
-    def record(self) -> dict:
-        c = self.config
-        return {"spec": self.spec, "semantics": c.semantics, "semantics_version": c.version,
-                "estimator": c.estimator, "std_normalization": c.std_normalization,
-                "rewards_normalization": c.rewards_normalization, "mainstream": c.mainstream,
-                "n_samples_per_prompt": c.n_samples_per_prompt, "rollout_batch_size": c.rollout_batch_size,
-                "drop_uniform_groups": self.drop_uniform_groups}
 
 
 @dataclass
@@ -68,15 +53,15 @@ def batch_label(batch_key: str, names: dict[str, str]) -> tuple[int | None, str]
 
 def compare_batch(batch_key: str, parts: list[tuple[str, pa.Table]], prompt_group_sizes, a: Side, b: Side,
                   names: dict[str, str], device: str = "cpu") -> BatchComparison:
-    """Label one batch twice (the pipeline's own relabel_batch) and compare row by row.
+    """Label one batch twice (the pipeline's own label_batch) and compare row by row.
 
     names maps each source path to its name relative to its --input root: labels and the
     sample do not depend on where the run is stored.
     """
     step, label = batch_label(batch_key, names)
     parts = sorted(parts, key=lambda part: part[0])
-    side_a = rows.relabel_batch(batch_key, parts, prompt_group_sizes, a.config, a.drop_uniform_groups, device)
-    side_b = rows.relabel_batch(batch_key, parts, prompt_group_sizes, b.config, b.drop_uniform_groups, device)
+    side_a = label_batch(batch_key, parts, prompt_group_sizes, a.labeling, device)
+    side_b = label_batch(batch_key, parts, prompt_group_sizes, b.labeling, device)
     adv_a, state_a, _ = _aligned(side_a, parts)
     adv_b, state_b, group_b = _aligned(side_b, parts)
     slim = pa.concat_tables([t for _, t in parts]) if parts else None
@@ -105,8 +90,8 @@ def compare_batch(batch_key: str, parts: list[tuple[str, pa.Table]], prompt_grou
         "nonzero_a": int((compared & ~zero_a).sum()), "nonzero_b": int((compared & ~zero_b).sum()),
         "sum_abs_delta": float(delta[compared].sum()) if compared.any() else 0.0,
         "max_abs_delta": float(delta[compared].max()) if compared.any() else 0.0,
-        "groups_a": side_a.counters["groups"], "groups_b": side_b.counters["groups"],
-        "uniform_groups_a": side_a.counters["uniform_groups"], "uniform_groups_b": side_b.counters["uniform_groups"],
+        "groups_a": side_a.counters.groups, "groups_b": side_b.counters.groups,
+        "uniform_groups_a": side_a.counters.uniform_groups, "uniform_groups_b": side_b.counters.uniform_groups,
     }
     groups, record["groups_differing"], record["group_sizes"] = _groups(
         slim, group_b, differs, wrong_sign, delta, compared, state_a, file_names, file_rows, label)
@@ -114,15 +99,15 @@ def compare_batch(batch_key: str, parts: list[tuple[str, pa.Table]], prompt_grou
     return BatchComparison(record, sorted(groups, key=group_rank), points)
 
 
-def _aligned(side: rows.BatchResult, parts):
+def _aligned(side: BatchResult, parts):
     """The side's advantage, row state and prompt group, in the batch's row order (parts sorted by source)."""
     sizes = [t.num_rows for _, t in parts]
     n = int(sum(sizes))
     advantage = np.full(n, np.nan)
     state = np.full(n, LIVE, dtype=np.int8)
     group = np.full(n, -1, dtype=np.int64)
-    dead = rows.split_by_source(side.dead) if side.dead.num_rows else {}
-    filtered = rows.split_by_source(side.filtered) if side.filtered.num_rows else {}
+    dead = split_by_source(side.dead) if side.dead.num_rows else {}
+    filtered = split_by_source(side.filtered) if side.filtered.num_rows else {}
     offset = 0
     for (source, slim), size in zip(parts, sizes):
         file_rows = np.asarray(slim.column("row"))  # ascending: extract_slim keeps file order

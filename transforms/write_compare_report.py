@@ -1,4 +1,4 @@
-"""WriteComparisonReport: every group's small results -> one report (report.json, report.md, plots).
+"""WriteCompareReport: every group's small results -> one report (report.json, report.md, plots).
 
 The accumulator stays bounded whatever the run's size: one record per batch and per file, and
 at most LISTED_GROUPS groups and SAMPLE_POINTS points (the smallest sample keys, so the sample
@@ -10,8 +10,8 @@ import heapq
 
 import apache_beam as beam
 
-from transforms import comparison, comparison_report
-from transforms.compare_labelings import BATCHES, FILES, GROUPS, POINTS
+from transforms.lib import compare_batches, compare_report
+from transforms.lib.records import BATCHES, FILES, GROUPS, POINTS
 
 
 class SummarizeFn(beam.CombineFn):
@@ -40,15 +40,15 @@ class SummarizeFn(beam.CombineFn):
         return merged
 
     def extract_output(self, accumulator):
-        return comparison.summarize(accumulator[BATCHES], accumulator[FILES], accumulator[GROUPS],
+        return compare_batches.summarize(accumulator[BATCHES], accumulator[FILES], accumulator[GROUPS],
                                     accumulator[POINTS], self._a, self._b)
 
     @staticmethod
     def _bound(kind):
-        return comparison.LISTED_GROUPS if kind == GROUPS else comparison.SAMPLE_POINTS
+        return compare_batches.LISTED_GROUPS if kind == GROUPS else compare_batches.SAMPLE_POINTS
 
     def _trim(self, kind, items):
-        key = comparison.group_rank if kind == GROUPS else None
+        key = compare_batches.group_rank if kind == GROUPS else None
         return heapq.nsmallest(self._bound(kind), items, key=key)
 
 
@@ -57,11 +57,11 @@ class WriteReportFn(beam.DoFn):
         self._directory = directory
 
     def process(self, report):
-        comparison_report.write(report, self._directory)
+        compare_report.write(report, self._directory)
         yield report["totals"]
 
 
-class WriteComparisonReport(beam.PTransform):
+class WriteCompareReport(beam.PTransform):
     """{kind: PCollection} of CompareLabelings' outputs -> the report's files in `directory`; yields the totals."""
 
     def __init__(self, directory: str, a: dict, b: dict):

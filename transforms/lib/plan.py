@@ -12,11 +12,10 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-from apache_beam.io.filesystem import CompressionTypes
-from apache_beam.io.filesystems import FileSystems
 
-from pipeline.inputs import InputFile
-from transforms.formats import file_format
+from transforms.lib import filesystem
+from transforms.lib.inputs import InputFile
+from transforms.lib.readers import file_format
 
 
 # A group of files sharing batches larger than this goes through the shuffle path instead of one worker.
@@ -69,7 +68,7 @@ def read_footer(f: InputFile) -> Footer:
     if file_format(f.path) != "parquet":
         return Footer(None, f.size)  # a .pt dump holds its tensors as they are
     try:
-        with FileSystems.open(f.path, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
+        with filesystem.open_read(f.path) as handle:
             parquet = pq.ParquetFile(handle)
             return Footer(_steps(parquet), _decoded_bytes(parquet.metadata))
     except Exception:  # noqa: BLE001 - unreadable: the one-pass path reports it

@@ -1,7 +1,7 @@
 """The comparison report's files: report.json, report.md and three PNG plots. No Beam.
 
 render(report) -> {file name: bytes}; write(report, directory) writes them atomically
-(each under a temporary name, then renamed) through Beam's FileSystems, so the report can
+(each under a temporary name, then renamed) through transforms/lib/filesystem.py, so the report can
 live on any filesystem the pipeline can write.
 """
 from __future__ import annotations
@@ -9,7 +9,8 @@ from __future__ import annotations
 import io
 import json
 
-from transforms import sinks
+from transforms.lib import output_files
+from transforms.lib.compare_batches import AGREE_ABS, AGREE_REL, ZERO_TOL
 
 REPORT_JSON = "report.json"
 REPORT_MD = "report.md"
@@ -38,7 +39,7 @@ def write(report: dict, directory: str) -> list[str]:
     files = render(report)
     order = [name for name in files if name != REPORT_JSON] + [REPORT_JSON]
     for name in order:
-        sinks.write_bytes_atomically(files[name], directory, name)
+        output_files.write_bytes_atomically(files[name], directory, name)
     return order
 
 
@@ -152,7 +153,6 @@ def _png(figure) -> bytes:
 
 
 def _classify(a: float, b: float) -> str:
-    from transforms.comparison import AGREE_ABS, AGREE_REL, ZERO_TOL
 
     if abs(a - b) <= AGREE_ABS + AGREE_REL * abs(b):
         return "agree"

@@ -17,7 +17,7 @@ from .types import CoreInput, CoreOutput
 WHOLE_BATCH, SLICES, GROUP_INDEX, EXPLICIT_SIZES = 0, 1, 2, 3
 
 
-def relabel(inp: CoreInput, config: CoreConfig) -> CoreOutput:
+def compute_advantages(inp: CoreInput, config: CoreConfig) -> CoreOutput:
     xp = arrays_for(inp.batch)
     with xp.non_finite_allowed():
         return _relabel(xp, inp, config)

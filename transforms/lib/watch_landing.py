@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from pipeline.plan import overlapping_components
+from transforms.lib.plan import overlapping_components
 
 DONE_SUFFIX = ".done"
 SUCCESS_NAME = "_SUCCESS"

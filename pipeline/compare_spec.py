@@ -1,0 +1,58 @@
+"""`relabel compare --a SPEC --b SPEC`: `SEMANTICS[,key=value...]` -> one side's Labeling.
+
+The keys are the labeling options' own names (docs/semantics.md), found from
+the settings class; `std` is short for std_normalization. A side starts from
+the run-wide flags and its spec overrides them.
+"""
+from __future__ import annotations
+
+import types
+import typing
+
+from transforms.core.config import ROW_UNIT_SEMANTICS, SEMANTICS, CoreConfig
+from transforms.lib.errors import UsageError
+from transforms.lib.settings import Labeling, Side
+
+ALIASES = {"std": "std_normalization"}
+NOT_PER_SIDE = Side.NOT_PER_SIDE + ("semantics",)  # the semantics is the spec's first word
+SWITCH = {"on": True, "true": True, "yes": True, "1": True, "off": False, "false": False, "no": False, "0": False}
+
+
+def spec_keys() -> dict[str, type]:
+    """Every key a spec takes, with the value's type."""
+    hints = {**typing.get_type_hints(CoreConfig), **typing.get_type_hints(Labeling)}
+    keys = {name: _plain(hints[name]) for name in Labeling.option_names() if name not in NOT_PER_SIDE}
+    return {**keys, **{alias: keys[name] for alias, name in ALIASES.items()}}
+
+
+def parse_side(flag: str, spec: str, base: dict) -> Side:
+    """`legacy-reshape,estimator=grpo,std=off` over the run-wide `base` values -> a Side."""
+    semantics, *pairs = [part.strip() for part in spec.split(",")]
+    if semantics not in SEMANTICS:
+        raise UsageError(f"{flag} {spec}: unknown semantics {semantics!r}; choose one of {', '.join(SEMANTICS)}")
+    values = dict(base, semantics=semantics)
+    if semantics in ROW_UNIT_SEMANTICS:
+        values["mainstream"] = None  # the run-wide --mainstream is for rollout semantics; a spec may still say it
+    keys = spec_keys()
+    for pair in pairs:
+        key, sep, text = pair.partition("=")
+        key = key.strip().replace("-", "_")
+        if not sep or key not in keys:
+            raise UsageError(f"{flag} {spec}: unknown setting {pair!r}; use key=value with keys {', '.join(keys)}")
+        text = text.strip()
+        try:
+            value = SWITCH[text.lower()] if keys[key] is bool else keys[key](text)
+        except (KeyError, ValueError) as error:
+            raise UsageError(f"{flag} {spec}: {key}={text!r} is not a valid value") from error
+        values[ALIASES.get(key, key)] = value
+    try:
+        return Side(Labeling.from_values(values), spec)
+    except ValueError as error:
+        raise UsageError(f"{flag} {spec}: {error}") from error
+
+
+def _plain(hint) -> type:
+    """`int | None` -> int."""
+    if isinstance(hint, types.UnionType):
+        return next(arg for arg in typing.get_args(hint) if arg is not type(None))
+    return hint

@@ -1,0 +1,87 @@
+"""argv -> (our flags, Beam's PipelineOptions), strictly: an unknown flag is a usage error.
+
+Our flags are parsed by each command's own parser (pipeline/options.py); what
+is left must be Beam pipeline options, which Beam parses. `--config FILE`
+is expanded first (pipeline/run_config.py), so the command line wins.
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+from dataclasses import dataclass
+
+from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions, TypeOptions
+
+from pipeline.options import PARSERS
+from pipeline.run_config import expand_config
+from transforms.lib.errors import UsageError
+
+DEFAULT_RUNNER = "FnApiRunner"  # in-process; the DirectRunner would try to download Prism
+
+# What to say of a flag a command does not take, where "another command's option" says too little.
+INSTEAD = {
+    "compare": {"--output": "--output (compare writes --report DIR) does not apply to relabel compare"},
+}
+
+
+@dataclass(frozen=True)
+class Parsed:
+    command: str
+    args: argparse.Namespace   # our flags
+    options: PipelineOptions   # Beam's, with the runner pinned
+    beam_flags: tuple[str, ...]  # the Beam flags as given (after config expansion)
+
+    def given(self, *names: str) -> bool:
+        """Whether the user set any of these Beam options (on the command line or in a config)."""
+        return any(flag.lstrip("-").split("=", 1)[0] in names for flag in self.beam_flags)
+
+
+def parse(command: str, argv: list[str]) -> Parsed:
+    parser = PARSERS[command]()
+    args, rest = parser.parse_known_args(expand_config(list(argv), parser, beam_option_names()))
+    _refuse_unknown(command, rest)
+    options = PipelineOptions(rest)
+    if options.view_as(StandardOptions).runner is None:
+        options.view_as(StandardOptions).runner = DEFAULT_RUNNER
+    if "pipeline_type_check" not in options.get_all_options(drop_default=True):
+        # our DoFns carry no type hints: Beam's inference only costs start-up time
+        options.view_as(TypeOptions).pipeline_type_check = False
+    return Parsed(command, args, options, tuple(rest))
+
+
+def beam_option_names() -> set[str]:
+    """Every pipeline option Beam knows in this process (the options classes imported so far)."""
+    return set(PipelineOptions([]).get_all_options())
+
+
+def _refuse_unknown(command: str, rest: list[str]) -> None:
+    given = PipelineOptions(rest).get_all_options(retain_unknown_options=True)
+    unknown = set(given) - beam_option_names()
+    tokens = [t for t in rest if t.startswith("-") and t.lstrip("-").split("=", 1)[0].replace("-", "_") in unknown]
+    loose = [t for t in rest if not t.startswith("-") and not _is_value(t, rest)]
+    if not tokens and not loose:
+        return
+    for token in tokens:
+        flag = token.split("=", 1)[0]
+        if flag in INSTEAD.get(command, {}):
+            raise UsageError(INSTEAD[command][flag])
+        owners = [other for other, make in PARSERS.items() if other != command
+                  and any(flag in action.option_strings for action in make().declared)]
+        if owners:
+            raise UsageError(f"unknown option(s): {token} (a `relabel {owners[0]}` option; "
+                             f"`relabel {command}` does not take it)")
+    raise UsageError(f"unknown option(s): {' '.join(tokens + loose)}")
+
+
+def _is_value(token: str, rest: list[str]) -> bool:
+    """A bare word right after a flag is that flag's value."""
+    return any(rest[i + 1] is token and rest[i].startswith("-") and "=" not in rest[i] for i in range(len(rest) - 1))
+
+
+def print_beam_help() -> None:
+    """Beam's own listing of every pipeline option (what argparse prints for --help)."""
+    logging.disable(logging.WARNING)
+    try:
+        PipelineOptions(["--help"]).get_all_options()
+    except SystemExit:
+        pass

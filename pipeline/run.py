@@ -1,0 +1,157 @@
+"""run(argv): `relabel run`: options -> inputs -> output directory checks -> pipeline -> manifest -> outcome."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+import apache_beam as beam
+from apache_beam.pipeline import PipelineVisitor
+
+from pipeline import progress
+from pipeline.beam_internals import resource_hint_names
+from pipeline.graph import build
+from pipeline.local_threads import available_memory, claim_local_threads, local_thread_count, use_local_threads
+from pipeline.parse import Parsed, parse
+from pipeline.runner_checks import RunnerCheck, check_runner
+from pipeline.settings import run_settings
+from transforms.lib import filesystem, output_files
+from transforms.lib import manifest as manifest_lib
+from transforms.lib.errors import ExitCode, UsageError
+from transforms.lib.inputs import expand_inputs
+from transforms.lib.output_dir import read_manifest, read_stop, refuse_other_options, remove_run_outputs
+from transforms.lib.plan import group_by_batch_sharing, read_footers
+from transforms.lib.settings import RunSettings
+
+
+@dataclass
+class RunOutcome:
+    exit_code: ExitCode
+    output: str
+    manifest: dict | None = None
+    notes: list[str] = field(default_factory=list)
+
+    def summary(self) -> str:
+        lines = list(self.notes)
+        if self.manifest:
+            c = self.manifest["counts"]
+            run = self.manifest["run"]
+            lines += [
+                f"semantics   {run['semantics']} v{run['semantics_version']}, estimator {run['estimator']}"
+                f", std {'on' if run['std_normalization'] else 'off'}",
+                f"files       {c['files']} read ({c['files_unreadable']} unreadable)",
+                f"rows        {c['rows_in']} in = {c['rows_out']} written + {c['rows_dead']} dead + "
+                f"{c['rows_filtered']} filtered",
+                f"batches     {c['batches']}",
+                f"groups      {c['groups']} ({c['uniform_groups']} uniform: all rewards equal)",
+                f"rollouts    {c['rollouts']}",
+            ]
+            dead = self.manifest["dead_letters"]
+            if dead["by_reason"]:
+                lines.append("dead letters " + ", ".join(f"{k}: {v}" for k, v in dead["by_reason"].items())
+                             + f"  -> {filesystem.join(self.output, dead['file'])}")
+            else:
+                lines.append("dead letters none")
+            lines.append(f"output      {self.output}")
+        return "\n".join(lines)
+
+
+def parse_run(argv: list[str], command: str = "run") -> tuple[Parsed, RunSettings]:
+    """`relabel run` / `relabel watch` flags -> (parsed, settings)."""
+    parsed = parse(command, argv)
+    settings = replace(run_settings(parsed.args), local_threads=claim_local_threads(command, parsed))
+    return parsed, settings
+
+
+def run(argv: list[str], test_pipeline: beam.Pipeline | None = None) -> RunOutcome:
+    parsed, settings = parse_run(argv)
+    options = parsed.options
+    runner_check = check_runner(options, settings)
+    files = expand_inputs(settings.inputs, settings.output)
+    if not files:
+        raise UsageError(f"no .pt or .parquet files found under {' '.join(settings.inputs)}")
+    output = settings.output
+
+    previous = read_manifest(output)
+    if previous is not None:
+        same_inputs = [(i["path"], i["size"], i["mtime"]) for i in previous["inputs"]] == [
+            (f.path, f.size, f.mtime) for f in files]
+        same_options = previous.get("fingerprint") == settings.fingerprint()
+        if same_options and same_inputs and not settings.overwrite:
+            return RunOutcome(ExitCode.OK, output, previous,
+                              ["already complete: the output matches these inputs and options; nothing to do"])
+        if not settings.overwrite:
+            refuse_other_options(output, "a run", previous.get("fingerprint"), settings.fingerprint())
+        wanted = {f.output for f in files}
+        stale = [i.get("output") for i in previous["inputs"]
+                 if settings.overwrite or i.get("output") not in wanted]
+        if not settings.dry_run:
+            remove_run_outputs(output, stale)
+    elif not settings.dry_run:
+        _check_partial_output(output, files, settings)
+
+    footers = read_footers(files)
+    one_pass, shared = groups = group_by_batch_sharing(files, footers=footers)
+    if settings.local_threads:
+        group_bytes = [sum(footers[f.path].decoded_bytes for f in group) for group in one_pass]
+        use_local_threads(options, local_thread_count(settings.local_threads, group_bytes, available_memory(),
+                                                      shuffled=bool(shared)))
+    if settings.dry_run:
+        return RunOutcome(ExitCode.OK, output, None, [plan(parsed, settings, files, runner_check, groups)])
+
+    filesystem.mkdirs(output)
+    pipeline = test_pipeline if test_pipeline is not None else beam.Pipeline(options=options)
+    build(pipeline, settings, files, groups)
+    try:
+        with progress.showing(progress.part_files(output, [f.output for f in files]), len(files), "relabel run",
+                              settings.progress):
+            pipeline.run().wait_until_finish()
+    except Exception:
+        stopped = read_stop(output)  # a worker stopped the run on purpose: its type, not its text
+        if stopped is None:
+            raise
+        remove_run_outputs(output, [f.output for f in files] if stopped.discard_outputs else [])
+        return RunOutcome(stopped.exit_code, output, None, [f"relabel: stopped: {stopped}"])
+    manifest = read_manifest(output)
+    if manifest is None:
+        return RunOutcome(ExitCode.INTERNAL, output, None, ["relabel: the pipeline finished but wrote no manifest"])
+    return RunOutcome(manifest_lib.exit_code(manifest), output, manifest)
+
+
+def _check_partial_output(output, files, settings):
+    """An interrupted run resumes; one made with other options must not be mixed with this one."""
+    for f in files:
+        lineage = output_files.read_lineage(output, f.output)
+        if lineage is not None and lineage.get("fingerprint") != settings.fingerprint():
+            if not settings.overwrite:
+                refuse_other_options(output, f.output, lineage.get("fingerprint"), settings.fingerprint())
+            remove_run_outputs(output, [g.output for g in files])
+            return
+    remove_run_outputs(output, [])
+
+
+def plan(parsed: Parsed, settings, files, runner_check: RunnerCheck, groups) -> str:
+    """Build the graph with the run's options, prove it serializes for workers, and describe it."""
+    pipeline = beam.Pipeline(runner="FnApiRunner", options=parsed.options)
+    build(pipeline, settings, files, groups)
+    pipeline.to_runner_api()  # pickles every DoFn, as submitting to a remote runner would
+    lines = [f"dry run: runner {runner_check.runner} ({runner_check.family}), {len(files)} input files, "
+             f"output {settings.output}, fingerprint {settings.fingerprint()}",
+             *runner_check.describe(), *runner_options(parsed), "stages:"]
+    names = resource_hint_names()
+
+    class Describe(PipelineVisitor):
+        def enter_composite_transform(self, node):
+            if node.full_label and node.full_label.count("/") == 0:
+                hints = node.transform.get_resource_hints() if node.transform else {}
+                text = " ".join(f"{names.get(urn, urn)}={value.decode()}" for urn, value in sorted(hints.items()))
+                lines.append(f"  {node.full_label}" + (f"  [{text}]" if text else ""))
+
+    pipeline.visit(Describe())
+    lines.append("nothing was submitted")
+    return "\n".join(lines)
+
+
+def runner_options(parsed: Parsed) -> list[str]:
+    """The Beam options the run sets (ours are summed up by the fingerprint)."""
+    skip = {"runner", "pipeline_type_check"}
+    chosen = {k: v for k, v in parsed.options.get_all_options(drop_default=True).items() if k not in skip}
+    return ["runner options: " + " ".join(f"{k}={v}" for k, v in sorted(chosen.items()))] if chosen else []

@@ -1,0 +1,106 @@
+"""The interpreted columns of an input table, read as numpy: types checked, nulls filled.
+
+Shared by slim extraction (transforms/lib/slim.py) and the written table
+(transforms/lib/training_rows.py), so both read a column the same way.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from transforms.core.reasons import CODE
+from transforms.lib.errors import BadFile
+
+INTEGER_COLUMNS = ("step", "group_index", "index", "rollout_id", "response_length")
+
+
+def usable_columns(table, source, problem, details):
+    """Flag every row of a file whose interpreted columns have the wrong type, and drop those columns.
+
+    Integral floats (pandas' int-with-NaN) are accepted as integers. An all-null
+    column (Arrow type null, e.g. from .pt dumps) means the values are absent.
+    """
+    for name in table.column_names:
+        column = table.column(name)
+        if pa.types.is_null(column.type) and name != "reward":
+            table = table.drop_columns([name])
+            continue
+        expected = None
+        if name in INTEGER_COLUMNS and not pa.types.is_integer(column.type):
+            if pa.types.is_floating(column.type) and integral(column):
+                table = table.set_column(table.column_names.index(name), name, pc.cast(column, pa.int64()))
+                continue
+            expected = "integers"
+        elif name == "loss_mask" and not ((pa.types.is_list(column.type) or pa.types.is_large_list(column.type))
+                                          and pa.types.is_integer(column.type.value_type)):
+            expected = "a list of integers"
+        elif name == "remove_sample" and not pa.types.is_boolean(column.type):
+            expected = "booleans"
+        elif name == "status" and not (pa.types.is_string(column.type) or pa.types.is_large_string(column.type)):
+            expected = "strings"
+        if expected:
+            if name == "step":
+                raise BadFile("ill-typed-column", f"{source}: `step` has type {column.type}, expected integers")
+            flag(problem, details, np.ones(table.num_rows, dtype=bool), "ill-typed-column",
+                  lambda i, name=name, kind=column.type, expected=expected:
+                  f"column `{name}` has type {kind}, expected {expected}")
+            table = table.drop_columns([name])
+    return table
+
+
+def integral(column) -> bool:
+    values = pc.drop_null(column).to_numpy(zero_copy_only=False)
+    return bool(np.all(np.isfinite(values)) and np.all(values == np.round(values))
+                and (values.size == 0 or np.abs(values).max() < 2 ** 53))
+
+
+def first_null(column) -> int:
+    return int(np.flatnonzero(np.asarray(column.is_null()))[0])
+
+
+def flag(problem, details, where, reason, describe):
+    """Record `reason` on rows that have no earlier (higher-priority) problem."""
+    fresh = np.flatnonzero(where & (problem == 0))
+    problem[fresh] = CODE[reason]
+    for i in fresh:  # bad rows only: rare
+        details[int(i)] = describe(int(i))
+
+
+def fill(array, value) -> np.ndarray:
+    return np.asarray(pc.fill_null(array, value).to_numpy(zero_copy_only=False))
+
+
+def int_column(table, name):
+    if name not in table.column_names:
+        return None
+    return fill(pc.cast(table.column(name), pa.int64()), 0).astype(np.int64)
+
+
+def optional_int(table, name):
+    n = table.num_rows
+    if name not in table.column_names:
+        return np.zeros(n, dtype=np.int64), np.zeros(n, dtype=bool)
+    column = pc.cast(table.column(name), pa.int64())
+    return fill(column, 0).astype(np.int64), np.asarray(column.is_valid())
+
+
+def bool_column(table, name):
+    if name not in table.column_names:
+        return np.zeros(table.num_rows, dtype=bool)
+    return fill(table.column(name), False).astype(bool)
+
+
+def list_sums(lists) -> np.ndarray:
+    """Per-row sums of a list<int> array (null lists sum to 0), added in int64 over the flat values."""
+    lists = lists.combine_chunks() if isinstance(lists, pa.ChunkedArray) else lists
+    offsets = np.asarray(lists.offsets, dtype=np.int64)
+    values = lists.values
+    if values.null_count:  # their rows are flagged (null-mask-value); 0 keeps the sums integers
+        values = pc.fill_null(values, 0)
+    values = values.to_numpy(zero_copy_only=False)[:offsets[-1]]  # a sliced array's values run on
+    starts, nonempty = offsets[:-1], offsets[:-1] < offsets[1:]
+    sums = np.zeros(len(lists), dtype=np.int64)
+    if nonempty.any():  # each non-empty list runs from its start to the next one's: reduceat's segments
+        sums[nonempty] = np.add.reduceat(values, starts[nonempty], dtype=np.int64)
+    return np.where(np.asarray(lists.is_valid()), sums, 0)

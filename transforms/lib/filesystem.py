@@ -1,0 +1,69 @@
+"""File access for everything below the Beam stages, through Beam's FileSystems.
+
+This is the one module below the stages that imports Beam, and it imports
+only Beam's filesystem layer: that is what makes local paths, gs://, s3://,
+hdfs:// and the tests' in-memory store behave alike. Nothing here builds or
+runs a pipeline.
+"""
+from __future__ import annotations
+
+from apache_beam.io.filesystem import BeamIOError, CompressionTypes
+from apache_beam.io.filesystems import FileSystems
+
+
+def join(directory: str, *names: str) -> str:
+    return FileSystems.join(directory, *names)
+
+
+def exists(path: str) -> bool:
+    return FileSystems.exists(path)
+
+
+def open_read(path: str):
+    """A binary handle on the file's bytes as stored (never decompressed by its suffix)."""
+    return FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED)
+
+
+def create(path: str):
+    return FileSystems.create(path, compression_type=CompressionTypes.UNCOMPRESSED)
+
+
+def rename(source: str, destination: str) -> None:
+    FileSystems.rename([source], [destination])
+
+
+def delete(paths: list[str]) -> None:
+    FileSystems.delete(list(paths))
+
+
+def delete_existing(paths) -> None:
+    """Delete those of paths (files, or folders with what they hold) that exist."""
+    existing = [p for p in paths if exists(p)]
+    if existing:
+        delete(existing)
+
+
+def mkdirs(path: str) -> None:
+    if not exists(path):
+        FileSystems.mkdirs(path)
+
+
+def match(pattern: str) -> list:
+    """FileMetadata (path, size_in_bytes, last_updated_in_seconds) of the files matching pattern.
+
+    Nothing matching is an empty list. Any other failure (permission, authentication, a store that
+    cannot be reached) is raised as it is: it must never read as "no such file".
+    """
+    try:
+        return [m for result in FileSystems.match([pattern]) for m in result.metadata_list]
+    except BeamIOError as error:
+        details = list((error.exception_details or {}).values())
+        if details and all(isinstance(d, FileNotFoundError) for d in details):
+            return []
+        raise
+
+
+def size(path: str) -> int | None:
+    """The file's size in bytes, or None when it does not exist."""
+    found = [m for m in match(path) if m.path == path]
+    return found[0].size_in_bytes if found else None

@@ -1,0 +1,157 @@
+"""One batch's slim rows through the numeric core: per-source results, dead letters, filtered rows, counters."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+
+import schemas
+from transforms.core.advantages import compute_advantages
+from transforms.core.types import CoreInput
+from transforms.core.reasons import REASONS
+from transforms.lib.columns import fill, flag
+from transforms.lib.dead_letters import records
+from transforms.lib.records import BatchCounts
+from transforms.lib.settings import Labeling
+
+
+@dataclass
+class BatchResult:
+    results: dict[str, pa.Table]          # source -> RESULT rows that will be written
+    dead: pa.Table                        # DEAD_LETTERS rows
+    filtered: pa.Table                    # DEAD_LETTERS rows with reason uniform-group
+    counters: BatchCounts
+
+
+def label_batch(batch_key: str, parts: list[tuple[str, pa.Table]], prompt_group_sizes, labeling: Labeling,
+                device: str = "cpu") -> BatchResult:
+    """One batch, given as (source, slim rows) parts, through the core.
+
+    Row order is (source, row): parts sorted by source, each part's rows in file order.
+    """
+    config, drop_uniform_groups = labeling.core, labeling.drop_uniform_groups
+    parts = sorted(parts, key=lambda part: part[0])
+    part_sources = [source for source, _ in parts]
+    sizes = np.array([t.num_rows for _, t in parts], dtype=np.int64)
+    bounds = np.concatenate([[0], np.cumsum(sizes)])
+    slim = (pa.concat_tables([t for _, t in parts]).combine_chunks() if parts else schemas.SLIM.empty_table())
+    n = slim.num_rows
+    problem = fill(slim.column("problem"), 0).astype(np.int64)
+    detail = slim.column("detail")
+    details = {int(i): detail[int(i)].as_py() for i in np.flatnonzero(np.asarray(detail.is_valid()))}
+    rows = np.asarray(slim.column("row"))
+
+    def source_of(i):
+        return part_sources[int(np.searchsorted(bounds, i, side="right")) - 1]
+
+    if len(set(part_sources)) < len(part_sources):  # the same file twice in one batch
+        owner = np.repeat(np.arange(len(parts)), sizes)
+        keys = np.array([f"{part_sources[o]}\0{r}" for o, r in zip(owner, rows)])
+        order = np.argsort(keys, kind="stable")
+        duplicate = np.zeros(n, dtype=bool)
+        duplicate[order[1:]] = keys[order[1:]] == keys[order[:-1]]
+        flag(problem, details, duplicate, "duplicate-row", lambda i: f"row {rows[i]} of {source_of(i)} appears twice")
+
+    rollout_key = slim.column("rollout_key")
+    reward = fill(slim.column("reward"), 0.0).astype(np.float64)
+    inp = core_input_from_slim(slim, np.zeros(n, dtype=np.int64), [prompt_group_sizes], problem)
+    out = compute_advantages(inp.to(device), config).to("cpu")
+
+    dead_code = out.problem
+    live = dead_code == 0
+    uniform = out.uniform
+    keep = live & ~uniform if drop_uniform_groups else live
+    prompt_group = out.prompt_group
+    result = pa.table({
+        "row": pa.array(rows),
+        "raw_reward": pa.array(np.where(problem == 0, reward, np.nan).astype(np.float32)),
+        "advantage": pa.array(out.advantage),
+        "mainstream": pa.array(out.mainstream),
+        "rollout_key": rollout_key,
+        "prompt_group": pa.array(prompt_group),
+        "rollout_mask_sum": pa.array(out.rollout_mask_sum),
+        "uniform": pa.array(uniform),
+    }, schema=schemas.RESULT)
+    everything_kept = bool(keep.all())
+    results = {}
+    for k, source in enumerate(part_sources):
+        mine = result.slice(bounds[k], sizes[k])
+        results[source] = mine if everything_kept else mine.filter(pa.array(keep[bounds[k]:bounds[k + 1]]))
+
+    dead_rows = np.flatnonzero(~live)
+    messages = _dead_messages(batch_key, dead_rows, dead_code, problem, details, source_of, rows,
+                              prompt_group, reward, rollout_key, config)
+    dead = records(batch_key, [source_of(i) for i in dead_rows], rows[dead_rows],
+                    [REASONS[c] for c in dead_code[dead_rows]], messages)
+    filtered_rows = np.flatnonzero(live & uniform) if drop_uniform_groups else np.zeros(0, dtype=np.int64)
+    filtered = records(batch_key, [source_of(i) for i in filtered_rows], rows[filtered_rows],
+                        ["uniform-group"] * len(filtered_rows),
+                        [f"prompt group {prompt_group[i]} of {batch_key}: every reward equals {reward[i]!r}"
+                         for i in filtered_rows])
+    counters = BatchCounts(
+        batch=batch_key, rows=n, rows_dead=int((~live).sum()), rows_filtered=int(len(filtered_rows)),
+        groups=int(out.groups.sum()), rollouts=int(out.units.sum()), uniform_groups=int(out.uniform_groups.sum()),
+        group_sizes=np.bincount(np.bincount(prompt_group[live])).tolist() if live.any() else [])
+    return BatchResult(results, dead, filtered, counters)
+
+
+def core_input_from_slim(slim: pa.Table, batch_ids: np.ndarray, prompt_group_sizes: list, problem: np.ndarray):
+    """The core's flat arrays (numpy, on the CPU) from slim rows sorted by (batch, row order)."""
+    group_index, rollout_key = slim.column("group_index"), slim.column("rollout_key")
+    trainable = np.ascontiguousarray(fill(slim.column("trainable"), 0), dtype=np.int64)
+    return CoreInput(
+        batch=np.ascontiguousarray(batch_ids, dtype=np.int64),
+        reward=np.ascontiguousarray(fill(slim.column("reward"), 0.0), dtype=np.float64),
+        trainable=trainable,
+        mask_sum=trainable,
+        group_index=np.ascontiguousarray(fill(group_index, 0), dtype=np.int64),
+        has_group_index=np.ascontiguousarray(fill(group_index.is_valid(), False), dtype=bool),
+        rollout_key=np.ascontiguousarray(fill(rollout_key, 0), dtype=np.int64),
+        has_rollout_key=np.ascontiguousarray(fill(rollout_key.is_valid(), False), dtype=bool),
+        row_problem=np.ascontiguousarray(problem, dtype=np.int64),
+        num_batches=len(prompt_group_sizes),
+        prompt_group_sizes=[None if s is None else np.asarray(s, dtype=np.int64) for s in prompt_group_sizes],
+    )
+
+
+def _dead_messages(batch_key, dead_rows, dead_code, row_problem, details, source_of, rows, prompt_group,
+                   reward, rollout_key, config):
+    """A sentence per dead row naming the values involved (dead rows only: rare)."""
+    first_bad_in_group = {}
+    for i in np.flatnonzero(row_problem != 0):
+        first_bad_in_group.setdefault(prompt_group[i], i)
+    keys = rollout_key.to_pylist()
+    messages = []
+    for i in dead_rows:
+        reason = REASONS[dead_code[i]]
+        where = f"prompt group {prompt_group[i]} of {batch_key}"
+        if row_problem[i] != 0 and reason == REASONS[row_problem[i]]:
+            messages.append(f"{reason}: {details.get(int(i), reason)} ({where})")
+        elif reason in ("partial-group-index", "group-sizes-mismatch", "batch-size-not-multiple",
+                        "missing-n-samples-per-prompt"):
+            messages.append(f"{reason}: the whole batch {batch_key} is dead-lettered: "
+                            + _batch_problem_text(reason, len(rows), config))
+        elif reason == "sibling-reward-mismatch":
+            siblings = [j for j in np.flatnonzero(prompt_group == prompt_group[i]) if keys[j] == keys[i]]
+            messages.append(f"{reason}: rollout {keys[i]} in {where} has rows {[int(rows[j]) for j in siblings]} "
+                            f"with rewards {[float(reward[j]) for j in siblings]}; {config.semantics} "
+                            "requires one shared reward per rollout")
+        elif reason == "non-finite-advantage":
+            messages.append(f"{reason}: {where} gives a non-finite advantage under {config.semantics} "
+                            f"(a one-row group divided by std + 1e-6 is NaN, as in the original)")
+        else:
+            j = first_bad_in_group.get(prompt_group[i])
+            cause = f"row {rows[j]} of {source_of(j)}: {details.get(int(j), reason)}" if j is not None else reason
+            messages.append(f"{reason}: {where} is dead-lettered because {cause}")
+    return messages
+
+
+def _batch_problem_text(reason, n, config):
+    if reason == "partial-group-index":
+        return "some rows have group_index and some do not; group-index semantics never guesses"
+    if reason == "group-sizes-mismatch":
+        return f"metadata prompt_group_sizes do not sum to the batch's {n} rows"
+    if reason == "batch-size-not-multiple":
+        return f"{n} rows without group_index is not a multiple of n_samples_per_prompt={config.n_samples_per_prompt}"
+    return "rows have no group_index and --n-samples-per-prompt is not set"

@@ -1,0 +1,49 @@
+"""The output directory as a whole: its manifest, what a run removes, its options, and stop records."""
+from __future__ import annotations
+
+import json
+
+from transforms.lib import filesystem, output_files
+from transforms.lib.errors import STOPS, RunStopped, UsageError
+from transforms.lib.manifest import MANIFEST_NAME
+
+DEAD_LETTERS_NAME = "dead_letters.parquet"
+FILTERED_NAME = "filtered.parquet"
+STOP_NAME = "_stop.json"  # a worker's RunStopped, for the driver (see errors.py)
+
+
+def read_manifest(output: str) -> dict | None:
+    return output_files.read_json(filesystem.join(output, MANIFEST_NAME))
+
+
+def remove_run_outputs(output: str, part_names) -> None:
+    """Delete the manifest (first, so nothing looks complete meanwhile), the record files, temporary
+    files, a stop record and the named part files. Part files not named stay: a resumed run skips the
+    complete ones."""
+    names = [MANIFEST_NAME, DEAD_LETTERS_NAME, FILTERED_NAME, STOP_NAME] + [n for n in part_names if n]
+    paths = [filesystem.join(output, n) for n in names]
+    paths += [m.path for m in filesystem.match(filesystem.join(output, output_files.TEMP_PREFIX + "*"))]
+    filesystem.delete_existing(paths)
+
+
+def refuse_other_options(output: str, what: str, found: str | None, fingerprint: str) -> None:
+    """The one refusal of an output made with other options: `what` in `output` carries fingerprint
+    `found`; unless it is this run's, the user must pass --overwrite."""
+    if found != fingerprint:
+        raise UsageError(f"{output} holds {what} made with other options (fingerprint {found} != {fingerprint}); "
+                         "pass --overwrite to replace it")
+
+
+def stop_run(output: str, error: RunStopped) -> RunStopped:
+    """Commit a worker's stop record (the driver reads it back as this type); returns the error to raise."""
+    record = {"kind": type(error).__name__, "message": str(error)}
+    output_files.write_bytes_atomically(json.dumps(record, sort_keys=True).encode(), output, STOP_NAME)
+    return error
+
+
+def read_stop(output: str) -> RunStopped | None:
+    """The RunStopped a worker committed in `output`, as its type, or None."""
+    record = output_files.read_json(filesystem.join(output, STOP_NAME))
+    if record is None or record.get("kind") not in STOPS:
+        return None
+    return STOPS[record["kind"]](record["message"])

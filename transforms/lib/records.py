@@ -1,0 +1,85 @@
+"""The tags of the stages' outputs and the typed statistics records they pass to the manifest.
+
+One place for both: a stage emits under these tags, the graph and the
+manifest read them by these names.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+# Output tags (Beam's TaggedOutput names); STATS is every stage's main output.
+STATS = "stats"
+FILES = "files"          # (source, FileRead) for each input file
+DEAD = "dead"            # dead-letter tables
+FILTERED = "filtered"    # filtered-row tables (--drop-uniform-groups)
+COUNTERS = "counters"    # BatchCounts, one per batch
+SLIM = "slim"            # (batch key, (source, slim table, prompt_group_sizes)) on the shuffle path
+RESULTS = "results"      # (source, result table) on the shuffle path
+TRAINING = "training"    # training-row tables of a row stream (RelabelGroups)
+# relabel compare's outputs (besides FILES): per-batch counts, differing groups, sample points
+BATCHES = "batches"
+GROUPS = "groups"
+POINTS = "points"
+
+
+@dataclass(frozen=True)
+class FileRead:
+    """An input file was read (reason None) or found unusable (reason: its dead-letter reason)."""
+    source: str
+    rows_in: int
+    reason: str | None = None
+    input: dict | None = None  # the input's {path, output, size, mtime} when it was read
+    kind: str = field(default="read", init=False)
+
+
+@dataclass(frozen=True)
+class FileWritten:
+    """An input file's training rows are committed (or were already: resumed)."""
+    source: str
+    output: str
+    rows_in: int
+    rows_out: int
+    resumed: bool
+    kind: str = field(default="file", init=False)
+
+
+@dataclass(frozen=True)
+class BatchCounts:
+    """One batch through the numeric core."""
+    batch: str
+    rows: int
+    rows_dead: int
+    rows_filtered: int
+    groups: int
+    rollouts: int
+    uniform_groups: int
+    group_sizes: list = field(default_factory=list)  # group_sizes[k]: groups of k live rows
+    kind: str = field(default="batch", init=False)
+
+
+@dataclass(frozen=True)
+class RecordsWritten:
+    """Dead letters (kind "dead") or filtered rows (kind "filtered") of the run, written to `output`."""
+    kind: str
+    records: int = 0
+    rows: int = 0          # records with a row (the rest are whole unreadable files)
+    files: int = 0
+    by_reason: dict = field(default_factory=dict)
+    by_source: dict = field(default_factory=dict)
+    output: str | None = None
+
+
+Stat = FileRead | FileWritten | BatchCounts | RecordsWritten
+
+
+def stat_to_dict(stat: Stat) -> dict:
+    """A JSON-ready dict (relabel watch keeps stats in its per-input records)."""
+    return asdict(stat)
+
+
+def stat_from_dict(data: dict) -> Stat:
+    data = dict(data)
+    kind = data.pop("kind")
+    if kind in ("dead", "filtered"):
+        return RecordsWritten(kind=kind, **data)
+    return {"read": FileRead, "file": FileWritten, "batch": BatchCounts}[kind](**data)

@@ -1,0 +1,145 @@
+"""Typed, frozen settings: built once from the command line, checked when built, picklable into DoFns.
+
+`Labeling` holds everything that decides a training row's values. A new
+labeling option is a field here (or in the core's CoreConfig when the core
+reads it), a flag in pipeline/options.py whose dest is the field's name, and
+a line in the docs: the record written into every output, the fingerprint,
+`relabel compare`'s --a/--b keys and the stages all read the fields
+generically.
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from dataclasses import dataclass, field
+
+import schemas
+from transforms.core.config import CoreConfig
+
+PROJECT = "rollout-relabel"
+
+
+def project_version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+    try:
+        return version(PROJECT)
+    except PackageNotFoundError:
+        return "0+unknown"
+
+
+@dataclass(frozen=True)
+class Labeling:
+    """How training rows are labelled: the numeric core's config plus what the Arrow layer decides."""
+    core: CoreConfig = field(default_factory=CoreConfig)
+    reward_key: str | None = None        # the reward is a struct/map: use this numeric field
+    drop_uniform_groups: bool = False    # rows of groups whose rewards are all equal go to filtered.parquet
+
+    @staticmethod
+    def option_names() -> tuple[str, ...]:
+        """Every labeling option by name: the core's, then the Arrow layer's."""
+        return (tuple(f.name for f in dataclasses.fields(CoreConfig))
+                + tuple(f.name for f in dataclasses.fields(Labeling) if f.name != "core"))
+
+    @classmethod
+    def from_values(cls, values: dict) -> "Labeling":
+        """From a flat {option name: value} (parsed flags, a compare spec); missing names keep defaults.
+
+        Raises ValueError naming the option when a value is not allowed.
+        """
+        core_names = {f.name for f in dataclasses.fields(CoreConfig)}
+        core = CoreConfig(**{k: v for k, v in values.items() if k in core_names})
+        ours = {f.name for f in dataclasses.fields(cls) if f.name != "core"}
+        return cls(core=core, **{k: v for k, v in values.items() if k in ours})
+
+    def values(self) -> dict:
+        """The flat {option name: value}; from_values(values()) == self."""
+        flat = dataclasses.asdict(self.core)
+        flat.update({f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "core"})
+        return flat
+
+    def record(self) -> dict:
+        """What made every training row: each option, and the semantics' version."""
+        return dict(self.values(), semantics_version=self.core.version)
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    """`relabel run` (and `relabel watch`): what to read, where to write, how to label and run."""
+    inputs: tuple[str, ...]
+    output: str
+    labeling: Labeling = field(default_factory=Labeling)
+    device: str = "auto"
+    fail_fast: bool = False
+    max_dead_fraction: float | None = None
+    overwrite: bool = False
+    dry_run: bool = False
+    core_resource_hints: tuple[tuple[str, str], ...] = ()
+    progress: bool | None = None  # None: when stderr is a terminal
+    version: str = field(default_factory=project_version)
+    # the local runner's worker threads when ours to choose (the most to use), else None
+    local_threads: int | None = None
+
+    def __post_init__(self):
+        if self.max_dead_fraction is not None and not 0 <= self.max_dead_fraction <= 1:
+            raise ValueError(f"--max-dead-fraction must be within [0, 1], got {self.max_dead_fraction}")
+
+    @property
+    def core(self) -> CoreConfig:
+        return self.labeling.core
+
+    def semantics_record(self) -> dict:
+        """What made every training row: goes into Parquet metadata and the manifest."""
+        return dict(self.labeling.record(), project=PROJECT, project_version=self.version)
+
+    def fingerprint(self) -> str:
+        """Identifies the options that change output bytes (not device, not runner)."""
+        record = dict(self.semantics_record(), schema_version=schemas.SCHEMA_VERSION)
+        return hashlib.sha256(json.dumps(record, sort_keys=True).encode()).hexdigest()[:16]
+
+    def lineage(self) -> dict:
+        """The record every output file carries in its Parquet metadata."""
+        return dict(self.semantics_record(), fingerprint=self.fingerprint())
+
+
+@dataclass(frozen=True)
+class Side:
+    """One labeling of `relabel compare`, with the spec it was written as."""
+    labeling: Labeling
+    spec: str = ""
+
+    # the reward key is the run's, not a side's: it is not part of a side's record
+    NOT_PER_SIDE = ("reward_key",)
+
+    def record(self) -> dict:
+        record = {k: v for k, v in self.labeling.record().items() if k not in self.NOT_PER_SIDE}
+        return dict(record, spec=self.spec)
+
+
+@dataclass(frozen=True)
+class CompareSettings:
+    """`relabel compare`: the two labelings and where the report goes."""
+    inputs: tuple[str, ...]
+    report: str
+    a: Side
+    b: Side
+    reward_key: str | None = None
+    device: str = "auto"
+    progress: bool | None = None
+
+
+@dataclass(frozen=True)
+class WatchSettings:
+    """`relabel watch` only: how the input is polled and when the watch stops."""
+    poll_interval: float = 5.0
+    stop_after_idle: float | None = None
+    stop_after_files: int | None = None
+    require_marker: bool = False
+
+    def __post_init__(self):
+        if self.poll_interval <= 0:
+            raise ValueError(f"--poll-interval must be positive, got {self.poll_interval}")
+        if self.stop_after_idle is not None and self.stop_after_idle < 0:
+            raise ValueError(f"--stop-after-idle must be >= 0, got {self.stop_after_idle}")
+        if self.stop_after_files is not None and self.stop_after_files < 1:
+            raise ValueError(f"--stop-after-files must be >= 1, got {self.stop_after_files}")
