@@ -21,6 +21,7 @@ run: $(STAMP)
 	$(BIN)/relabel demo --workdir $(DEMO_DIR)
 
 test: $(STAMP)
+	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -q
 
 bench: $(STAMP)

@@ -53,7 +53,8 @@ def compare_tables(expected: pa.Table, actual: pa.Table, label: str) -> list[str
         a, b = expected.column(name), actual.column(name)
         ta, tb = normalize_type(a.type), normalize_type(b.type)
         if ta != tb:
-            problems.append(f"{label}: column {name!r} has type {a.type} in the pipeline's output, {b.type} in the peer's")
+            problems.append(f"{label}: column {name!r} has type {a.type} in the pipeline's output, "
+                            f"{b.type} in the peer's")
             continue
         a, b = _normalized(a).combine_chunks(), _normalized(b).combine_chunks()
         if name == "advantage":

@@ -27,9 +27,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from bench.datasets import input_files
+from transforms.core.advantages import compute_advantages
 from transforms.core.arrays import TORCH_CPU
 from transforms.core.config import CoreConfig
-from transforms.core.advantages import compute_advantages
 from transforms.core.types import CoreInput
 from transforms.lib.label_batch import core_input_from_slim
 from transforms.lib.slim import extract_slim

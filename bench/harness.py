@@ -106,6 +106,7 @@ def run_impl(impl: Impl, dataset: str, input_dir: str, tag: str) -> tuple[Measur
     out = fresh_dir(os.path.join(RUNS_DIR, dataset, impl.key))
     m = measure(impl.command(input_dir, out), os.path.join(LOG_DIR, f"{dataset}-{impl.key}-{tag}.log"))
     if m.exit_code != 0:
-        raise RunFailed(f"{impl.label} on {dataset} exited with {m.exit_code} ({' '.join(impl.command(input_dir, out))}); "
+        command = " ".join(impl.command(input_dir, out))
+        raise RunFailed(f"{impl.label} on {dataset} exited with {m.exit_code} ({command}); "
                         f"log {m.log}:\n{log_tail(m.log)}")
     return m, out, output_bytes(out)

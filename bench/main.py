@@ -28,8 +28,19 @@ import time
 import pyarrow.parquet as pq
 
 from bench import datasets as ds_lib
-from bench.harness import ALIASES, IMPLS, LOG_DIR, OUT_DIR, ROOT, RUNS_DIR, RunFailed, fresh_dir, measure, \
-    relabel_command, run_impl
+from bench.harness import (
+    ALIASES,
+    IMPLS,
+    LOG_DIR,
+    OUT_DIR,
+    ROOT,
+    RUNS_DIR,
+    RunFailed,
+    fresh_dir,
+    measure,
+    relabel_command,
+    run_impl,
+)
 
 DEFAULT_SIZES = "S,M,T"
 NOT_ON_L_BY_DEFAULT = ("loop_peer",)  # ~1 KB of Python objects per row: ~10 GB on L; ask with --peers
@@ -95,7 +106,8 @@ def check_writer_options(directory: str) -> None:
             schema = pq.read_schema(os.path.join(directory, name))
             if replica(schema) != pipeline_options(schema):
                 raise SystemExit(f"bench/peers/common.parquet_write_options {replica(schema)} no longer matches "
-                                 f"transforms.lib.output_files.parquet_write_options {pipeline_options(schema)}: update the replica")
+                                 f"transforms.lib.output_files.parquet_write_options {pipeline_options(schema)}: "
+                                 "update the replica")
             return
 
 
@@ -149,7 +161,7 @@ def startup(input_dir: str, repeat: int = 3) -> dict:
                                                                "--output", tmp_out],
     }
     results = {k: [] for k in commands}
-    for i in range(repeat):
+    for _ in range(repeat):
         for label, command in commands.items():
             fresh_dir(tmp_out)
             m = measure(command, os.path.join(LOG_DIR, f"startup-{len(results[label])}.log"))
@@ -219,12 +231,15 @@ def dataset_table(size: str, rows: int, runs: dict) -> tuple[list[str], list[lis
 
 def text_table(header, rows) -> str:
     widths = [max(len(str(x)) for x in col) for col in zip(header, *rows)]
-    line = lambda cells: "  ".join(str(c).rjust(w) if i else str(c).ljust(w) for i, (c, w) in enumerate(zip(cells, widths)))
+
+    def line(cells):
+        return "  ".join(str(c).rjust(w) if i else str(c).ljust(w) for i, (c, w) in enumerate(zip(cells, widths)))
     return "\n".join([line(header), line(["-" * w for w in widths])] + [line(r) for r in rows])
 
 
 def md_table(header, rows) -> str:
-    out = ["| " + " | ".join(header) + " |", "|" + "|".join("---" if i == 0 else "---:" for i in range(len(header))) + "|"]
+    rule = "|" + "|".join("---" if i == 0 else "---:" for i in range(len(header))) + "|"
+    out = ["| " + " | ".join(header) + " |", rule]
     out += ["| " + " | ".join(r) + " |" for r in rows]
     return "\n".join(out)
 
@@ -278,7 +293,8 @@ def report(args, env, results, load_before, load_after, started, elapsed) -> str
         md.append("")
         md.append(f"**Warning: the pipeline's code changed during this run** (at the end: {env['commit_at_end']}); "
                   "runs of different rounds may have used different code.")
-    md.append(f"rounds {args.rounds}, interleaved; every run a fresh process measured from its parent, a small launcher "
+    md.append(f"rounds {args.rounds}, interleaved; every run a fresh process measured from its parent, a small "
+              "launcher "
               f"process (wall: perf_counter, peak RSS and CPU: os.wait4 rusage). Load average before "
               f"{load_before[0]:.2f} / after {load_after[0]:.2f} (other processes share this machine: compare ratios, "
               f"not seconds). Semantics rollout-mainstream, grpo, std on. "

@@ -29,7 +29,8 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--files", type=int, default=10)
     parser.add_argument("--every", type=float, default=2.17,
-                        help="seconds between two landings (not a multiple of the poll interval: landings fall at every phase of a poll)")
+                        help="seconds between two landings (not a multiple of the poll interval: landings fall "
+                             "at every phase of a poll)")
     parser.add_argument("--poll-interval", type=float, default=0.5)
     parser.add_argument("--prompts", type=int, default=32, help="prompt groups per dump (8 rollouts each)")
     parser.add_argument("--marker", action="store_true")

@@ -64,7 +64,7 @@ def pipeline_command(command: str, argv: list[str]) -> int:
         PARSERS[command]().print_help()
         return ExitCode.OK
     if "--help-beam" in argv:
-        print_beam_help()
+        print_beam_help(command)
         return ExitCode.OK
     try:
         if command == "run":

@@ -18,6 +18,7 @@ from transforms.lib import filesystem, output_files
 from transforms.lib.compare_report import PLOTS, REPORT_JSON, REPORT_MD, side_text, totals_rows
 from transforms.lib.errors import ExitCode, UsageError
 from transforms.lib.inputs import expand_inputs
+from transforms.lib.output_dir import make_writable
 from transforms.lib.plan import group_by_batch_sharing
 from transforms.lib.records import BATCHES, FILES, GROUPS, POINTS
 from transforms.lib.settings import CompareSettings
@@ -79,7 +80,7 @@ def compare(argv: list[str], test_pipeline: beam.Pipeline | None = None) -> Comp
     if not files:
         raise UsageError(f"no .pt or .parquet files found under {' '.join(settings.inputs)}")
     report_dir = settings.report
-    filesystem.mkdirs(report_dir)
+    make_writable(report_dir, "--report")
     progress_dir = filesystem.join(report_dir, PROGRESS_DIR)
     filesystem.delete_existing([progress_dir, filesystem.join(report_dir, REPORT_JSON)])
     pipeline = test_pipeline if test_pipeline is not None else beam.Pipeline(options=parsed.options)

@@ -49,9 +49,9 @@ class _Group:
         return action
 
 
-def _parser(command: str, description: str) -> Parser:
-    parser = Parser(prog=f"relabel {command}", description=description, allow_abbrev=False, add_help=False,
-                    epilog=BEAM_LINE.format(command=command))
+def _parser(command: str, usage: str, description: str) -> Parser:
+    parser = Parser(prog=f"relabel {command}", usage=f"relabel {command} {usage}", description=description,
+                    allow_abbrev=False, add_help=False, epilog=BEAM_LINE.format(command=command))
     parser.add_argument("-h", "--help", action="store_true", help="show this help and exit")
     parser.add_argument("--help-beam", action="store_true", help="list Beam's pipeline options and exit")
     parser.add_argument("--config", metavar="FILE", action="append",
@@ -108,7 +108,8 @@ def _add_running(parser: argparse.ArgumentParser, command: str) -> None:
 
 
 def run_parser() -> Parser:
-    parser = _parser("run", "Relabel stored rollouts into Parquet training rows with advantages.")
+    parser = _parser("run", "--input PATH... --output DIR [options]",
+                     "Relabel stored rollouts into Parquet training rows with advantages.")
     _add_io(parser, "output directory (local path or any Beam filesystem URL)")
     add_labeling(parser)
     _add_running(parser, "run")
@@ -116,7 +117,8 @@ def run_parser() -> Parser:
 
 
 def watch_parser() -> Parser:
-    parser = _parser("watch", "Relabel rollout files as they land in a folder, until stopped.")
+    parser = _parser("watch", "--input DIR_OR_GLOB --output DIR [options]",
+                     "Relabel rollout files as they land in a folder, until stopped.")
     _add_io(parser, "output directory (local path or any Beam filesystem URL)")
     add_labeling(parser)
     _add_running(parser, "watch")
@@ -133,7 +135,8 @@ def watch_parser() -> Parser:
 
 
 def compare_parser() -> Parser:
-    parser = _parser("compare", "Compare two labelings of the same rollouts: report.json, report.md, plots.")
+    parser = _parser("compare", "--input PATH... --a SPEC --b SPEC --report DIR [options]",
+                     "Compare two labelings of the same rollouts: report.json, report.md, plots.")
     _add_io(parser, argparse.SUPPRESS)
     group = parser.group("the two labelings")
     group.add_argument("--a", dest="compare_a", metavar="SPEC",

@@ -7,7 +7,6 @@ is expanded first (pipeline/run_config.py), so the command line wins.
 from __future__ import annotations
 
 import argparse
-import logging
 from dataclasses import dataclass
 
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions, TypeOptions
@@ -78,10 +77,10 @@ def _is_value(token: str, rest: list[str]) -> bool:
     return any(rest[i + 1] is token and rest[i].startswith("-") and "=" not in rest[i] for i in range(len(rest) - 1))
 
 
-def print_beam_help() -> None:
-    """Beam's own listing of every pipeline option (what argparse prints for --help)."""
-    logging.disable(logging.WARNING)
-    try:
-        PipelineOptions(["--help"]).get_all_options()
-    except SystemExit:
-        pass
+def print_beam_help(command: str) -> None:
+    """Beam's own listing of every pipeline option, from the parser Beam builds for them."""
+    def show(parser):  # get_all_options hands its parser, every option added, to this hook
+        parser.prog = f"relabel {command} [options]"
+        parser.print_help()
+
+    PipelineOptions([]).get_all_options(add_extra_args_fn=show)

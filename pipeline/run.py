@@ -17,7 +17,7 @@ from transforms.lib import filesystem, output_files
 from transforms.lib import manifest as manifest_lib
 from transforms.lib.errors import ExitCode, UsageError
 from transforms.lib.inputs import expand_inputs
-from transforms.lib.output_dir import read_manifest, read_stop, refuse_other_options, remove_run_outputs
+from transforms.lib.output_dir import make_writable, read_manifest, read_stop, refuse_other_options, remove_run_outputs
 from transforms.lib.plan import group_by_batch_sharing, read_footers
 from transforms.lib.settings import RunSettings
 
@@ -69,6 +69,8 @@ def run(argv: list[str], test_pipeline: beam.Pipeline | None = None) -> RunOutco
     if not files:
         raise UsageError(f"no .pt or .parquet files found under {' '.join(settings.inputs)}")
     output = settings.output
+    if not settings.dry_run:
+        make_writable(output)
 
     previous = read_manifest(output)
     if previous is not None:
@@ -97,7 +99,6 @@ def run(argv: list[str], test_pipeline: beam.Pipeline | None = None) -> RunOutco
     if settings.dry_run:
         return RunOutcome(ExitCode.OK, output, None, [plan(parsed, settings, files, runner_check, groups)])
 
-    filesystem.mkdirs(output)
     pipeline = test_pipeline if test_pipeline is not None else beam.Pipeline(options=options)
     build(pipeline, settings, files, groups)
     try:

@@ -15,9 +15,14 @@ from dataclasses import dataclass, field
 
 from apache_beam.io.filesystem import BeamIOError
 from apache_beam.io.filesystems import FileSystems
-from apache_beam.options.pipeline_options import (GoogleCloudOptions, PipelineOptions, PortableOptions,
-                                                  SetupOptions, StandardOptions, WorkerOptions)
-
+from apache_beam.options.pipeline_options import (
+    GoogleCloudOptions,
+    PipelineOptions,
+    PortableOptions,
+    SetupOptions,
+    StandardOptions,
+    WorkerOptions,
+)
 from apache_beam.runners.runner import create_runner
 
 from pipeline.settings import ACCELERATOR

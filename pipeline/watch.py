@@ -18,7 +18,7 @@ from transforms.lib import filesystem, output_files, watch_records
 from transforms.lib import manifest as manifest_lib
 from transforms.lib.errors import UsageError
 from transforms.lib.inputs import expand_inputs
-from transforms.lib.output_dir import read_manifest, refuse_other_options, remove_run_outputs
+from transforms.lib.output_dir import make_writable, read_manifest, refuse_other_options, remove_run_outputs
 from transforms.lib.settings import RunSettings, WatchSettings
 from transforms.relabel_landed_files import RelabelLandedFiles
 from transforms.watch_files import WatchFiles
@@ -64,7 +64,7 @@ def _prepare_output(output: str, settings) -> None:
                                                       watch_records.FILTERED_DIR)]
         filesystem.delete_existing(stale)
     filesystem.delete_existing([watch_records.stop_path(output)])
-    filesystem.mkdirs(output)
+    make_writable(output)
 
 
 def _not_done(settings, output) -> list[str]:

@@ -113,7 +113,8 @@ class PollLandedFiles(PollFn):
         (complete part files are kept), rather than taking the rest of its step for late files."""
         for output in record.get("group") or ():
             member = watch_records.read_record(self._output_dir, output)
-            if member is None or member.get("fingerprint") != self._fingerprint or member.get("group") != record["group"]:
+            same = member is not None and member.get("fingerprint") == self._fingerprint
+            if not same or member.get("group") != record["group"]:
                 return False
         return True
 

@@ -67,7 +67,8 @@ WRITE = """
 COPY (
     SELECT i.* EXCLUDE (file_row_number) REPLACE (
                CASE WHEN coalesce(i.remove_sample, false) THEN
-                        list_transform(range(coalesce(len(i.loss_mask), greatest(i.response_length, 0))), lambda x: 0::INTEGER)
+                        list_transform(range(coalesce(len(i.loss_mask), greatest(i.response_length, 0))),
+                                       lambda x: 0::INTEGER)
                     WHEN i.loss_mask IS NULL THEN
                         list_transform(range(greatest(coalesce(i.response_length, 0), 0)), lambda x: 1::INTEGER)
                     ELSE i.loss_mask::INTEGER[] END AS loss_mask),

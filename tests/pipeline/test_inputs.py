@@ -1,8 +1,8 @@
 """Expanding --input and naming outputs: unique names that never escape the output directory."""
 import pytest
 
-from transforms.lib.inputs import expand_inputs, output_name
 from transforms.lib.errors import UsageError
+from transforms.lib.inputs import expand_inputs, output_name
 
 
 @pytest.mark.parametrize("path,root,name", [

@@ -4,11 +4,17 @@ import pyarrow.parquet as pq
 import pytest
 
 from pipeline.generate import RunSpec, write_parquet_run
-from transforms.lib.inputs import expand_inputs
-from pipeline.local_threads import (GROUP_MEMORY_FACTOR, MAX_LOCAL_THREADS, MEMORY_SHARE, available_memory, cores,
-                                    local_thread_count)
-from transforms.lib.plan import group_by_batch_sharing, read_footers
+from pipeline.local_threads import (
+    GROUP_MEMORY_FACTOR,
+    MAX_LOCAL_THREADS,
+    MEMORY_SHARE,
+    available_memory,
+    cores,
+    local_thread_count,
+)
 from tests.conftest import run_cli
+from transforms.lib.inputs import expand_inputs
+from transforms.lib.plan import group_by_batch_sharing, read_footers
 
 GB = 10 ** 9
 

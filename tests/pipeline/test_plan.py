@@ -4,9 +4,9 @@ import os
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from tests.conftest import FIXTURES
 from transforms.lib.inputs import expand_inputs
 from transforms.lib.plan import group_by_batch_sharing
-from tests.conftest import FIXTURES
 
 
 def test_overlapping_step_ranges_share_batches(tmp_path):

@@ -7,9 +7,8 @@ import pytest
 
 from pipeline.generate import RunSpec, write_parquet_run, write_pt_run
 from tests import memfs
-from transforms.lib.output_files import LINEAGE_KEY
 from tests.conftest import run_cli
-
+from transforms.lib.output_files import LINEAGE_KEY
 
 SOURCE_KEYS = ("source", "input_mtime")
 
@@ -34,7 +33,7 @@ def mem_inputs(tmp_path):
 def test_run_reads_and_writes_only_through_filesystems(mem_inputs, tmp_path):
     run_cli("run", "--input", mem_inputs, "--output", tmp_path / "local")
     run_cli("run", "--input", "mem://bucket/in", "--output", "mem://bucket/out")
-    
+
     written = memfs.keys("mem://bucket/out/")
     local_names = sorted(p.name for p in (tmp_path / "local").iterdir())
     assert [k.rsplit("/", 1)[1] for k in written] == local_names

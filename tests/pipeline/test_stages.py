@@ -8,12 +8,12 @@ import pyarrow.parquet as pq
 from apache_beam.testing.util import assert_that
 
 from pipeline.graph import build
-from transforms.lib.inputs import expand_inputs
-from transforms.lib.settings import Labeling, RunSettings
 from tests.pipeline.matchers import advantages_by_source, dead_reasons, manifest_counts
 from transforms.core.config import CoreConfig
 from transforms.gather_batches import GatherBatches
 from transforms.group_advantages import GroupAdvantages
+from transforms.lib.inputs import expand_inputs
+from transforms.lib.settings import Labeling, RunSettings
 from transforms.read_rollouts import ReadRollouts
 
 
@@ -82,7 +82,7 @@ def test_shuffle_path_and_one_pass_path_write_identical_files(tmp_path, monkeypa
     from apache_beam.testing.test_pipeline import TestPipeline
 
     import pipeline.graph as graph
-    from pipeline.generate import RunSpec, write_pt_run, write_parquet_run
+    from pipeline.generate import RunSpec, write_parquet_run, write_pt_run
 
     src = tmp_path / "in"
     write_parquet_run(RunSpec(steps=2, prompts_per_step=3, seed=5), src / "pq")

@@ -32,7 +32,7 @@ def finish(proc, timeout=180):
     except subprocess.TimeoutExpired:
         proc.kill()
         out, err = proc.communicate()
-        raise AssertionError(f"relabel watch did not stop\nstdout:\n{out}\nstderr:\n{err[-3000:]}")
+        raise AssertionError(f"relabel watch did not stop\nstdout:\n{out}\nstderr:\n{err[-3000:]}") from None
     return proc.returncode, out, err
 
 

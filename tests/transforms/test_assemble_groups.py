@@ -10,8 +10,8 @@ from apache_beam.transforms.window import TimestampedValue
 from tests.pipeline.matchers import dead_messages, streamed_advantages
 from tests.reference import Batch, Row, reference_relabel
 from transforms.assemble_groups import AssembleGroups, canonical_order, key_messages
-from transforms.lib.settings import Labeling
 from transforms.core.config import CoreConfig
+from transforms.lib.settings import Labeling
 from transforms.relabel_groups import RelabelGroups
 
 TIMEOUT = 10.0

@@ -7,11 +7,11 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
+from transforms.core.config import CoreConfig
 from transforms.lib import compare_batches as comparison
 from transforms.lib import compare_report as comparison_report
 from transforms.lib.compare_batches import compare_batch, summarize
 from transforms.lib.settings import Labeling, Side
-from transforms.core.config import CoreConfig
 from transforms.write_compare_report import SummarizeFn
 
 

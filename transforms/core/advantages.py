@@ -9,7 +9,7 @@ number of batches is handled in one call.
 from __future__ import annotations
 
 from .arrays import INT64_MAX, arrays_for
-from .config import STD_EPS, CoreConfig, RLOO
+from .config import RLOO, STD_EPS, CoreConfig
 from .reasons import CODE
 from .types import CoreInput, CoreOutput
 

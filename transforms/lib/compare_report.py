@@ -75,8 +75,12 @@ def _num(value) -> str:
 def totals_rows(report: dict) -> list[tuple[str, str]]:
     """(what, value) lines of the totals table, shared by report.md and the CLI summary."""
     t = report["totals"]
-    dead = lambda side: (f"{t[f'dead_{side}']}" + (" (" + ", ".join(f"{k}: {v}" for k, v in
-                         t[f"dead_{side}_by_reason"].items()) + ")" if t[f"dead_{side}_by_reason"] else ""))
+
+    def dead(side):
+        reasons = t[f"dead_{side}_by_reason"]
+        listed = " (" + ", ".join(f"{k}: {v}" for k, v in reasons.items()) + ")" if reasons else ""
+        return f"{t[f'dead_{side}']}" + listed
+
     return [
         ("rows", f"{t['rows']} in {t['batches']} batches, {t['files']} files ({t['files_unreadable']} unreadable)"),
         ("compared (written under A and B)", str(t["compared"])),

@@ -8,8 +8,8 @@ import pyarrow as pa
 
 import schemas
 from transforms.core.advantages import compute_advantages
-from transforms.core.types import CoreInput
 from transforms.core.reasons import REASONS
+from transforms.core.types import CoreInput
 from transforms.lib.columns import fill, flag
 from transforms.lib.dead_letters import records
 from transforms.lib.records import BatchCounts

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import os
 
 from transforms.lib import filesystem, output_files
 from transforms.lib.errors import STOPS, RunStopped, UsageError
@@ -10,6 +11,7 @@ from transforms.lib.manifest import MANIFEST_NAME
 DEAD_LETTERS_NAME = "dead_letters.parquet"
 FILTERED_NAME = "filtered.parquet"
 STOP_NAME = "_stop.json"  # a worker's RunStopped, for the driver (see errors.py)
+TEMP_PROBE = "_write-probe"  # written and deleted before a run: can the output be written at all?
 
 
 def read_manifest(output: str) -> dict | None:
@@ -47,3 +49,19 @@ def read_stop(output: str) -> RunStopped | None:
     if record is None or record.get("kind") not in STOPS:
         return None
     return STOPS[record["kind"]](record["message"])
+
+
+def make_writable(output: str, flag: str = "--output") -> None:
+    """Create the output directory and prove a file can be committed in it, or raise UsageError naming why
+    (an existing file in the way, no permission, a store that refuses): before any work is done."""
+    probe = TEMP_PROBE
+    try:
+        if "://" not in output and os.path.exists(output) and not os.path.isdir(output):
+            raise UsageError(f"{flag} {output}: is an existing file, not a directory")
+        filesystem.mkdirs(output)
+        output_files.write_bytes_atomically(b"", output, probe)
+        filesystem.delete([filesystem.join(output, probe)])
+    except UsageError:
+        raise
+    except Exception as error:  # noqa: BLE001 - every store has its own error types; the user needs the text
+        raise UsageError(f"{flag} {output}: cannot be written: {error}") from None

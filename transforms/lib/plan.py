@@ -17,7 +17,6 @@ from transforms.lib import filesystem
 from transforms.lib.inputs import InputFile
 from transforms.lib.readers import file_format
 
-
 # A group of files sharing batches larger than this goes through the shuffle path instead of one worker.
 MAX_GROUP_BYTES = 1 << 30
 

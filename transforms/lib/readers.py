@@ -11,6 +11,7 @@ import pickle
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+
 from transforms.lib import filesystem
 from transforms.lib.errors import BadFile
 

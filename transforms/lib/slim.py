@@ -10,8 +10,16 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 import schemas
-from transforms.lib.columns import (bool_column, fill, first_null, flag, int_column, list_sums, optional_int,
-                                    usable_columns)
+from transforms.lib.columns import (
+    bool_column,
+    fill,
+    first_null,
+    flag,
+    int_column,
+    list_sums,
+    optional_int,
+    usable_columns,
+)
 from transforms.lib.errors import BadFile
 
 

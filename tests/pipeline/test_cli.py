@@ -1,0 +1,59 @@
+"""The CLI edge: each command's help, Beam's options on demand, usage errors as one line (exit 2)."""
+import pytest
+
+from pipeline.options import PARSERS
+from tests.conftest import run_cli
+from transforms.lib.settings import Labeling
+
+
+@pytest.mark.parametrize("command", ["run", "watch", "compare"])
+def test_each_commands_help_fits_a_screen_with_its_own_options_first(command):
+    out = run_cli(command, "--help").stdout
+    lines = out.splitlines()
+    assert len(lines) <= 80
+    assert lines[0].startswith(f"usage: relabel {command} ")
+    assert "--input" in out and "--semantics" in out and f"`relabel {command} --help-beam`" in out
+    assert "--runner" not in out.split("Any Beam pipeline option")[0]  # Beam's options are not listed here
+
+
+def test_help_beam_lists_beams_options():
+    out = run_cli("run", "--help-beam").stdout
+    assert "--runner" in out and "--direct_num_workers" in out and "--temp_location" in out
+
+
+def test_an_unknown_runner_is_a_usage_error_naming_the_runners(tmp_path):
+    (tmp_path / "in").mkdir()
+    proc = run_cli("run", "--input", tmp_path / "in", "--output", tmp_path / "o", "--runner", "Nope",
+                   check_codes=(2,))
+    assert "--runner Nope" in proc.stderr and "FnApiRunner" in proc.stderr and "DataflowRunner" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize("make_output, says", [
+    (lambda tmp: (tmp / "a-file").write_text("x") and tmp / "a-file", "is an existing file, not a directory"),
+    (lambda tmp: (tmp / "a-file").write_text("x") and tmp / "a-file" / "sub", "cannot be written"),
+])
+def test_an_output_that_cannot_be_written_is_a_usage_error(tmp_path, make_output, says):
+    from pipeline.generate import RunSpec, write_pt_run
+
+    write_pt_run(RunSpec(steps=1, prompts_per_step=2), tmp_path / "in")
+    output = make_output(tmp_path)
+    proc = run_cli("run", "--input", tmp_path / "in", "--output", output, check_codes=(2,))
+    assert says in proc.stderr and str(output) in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_every_labeling_option_has_one_flag_whose_dest_is_its_name():
+    # what makes a new labeling option one field, one flag and a line of docs: settings are read by name
+    for command in ("run", "watch", "compare"):
+        dests = {a.dest for a in PARSERS[command]().declared}
+        assert set(Labeling.option_names()) <= dests, command
+
+
+def test_a_config_boolean_must_be_a_yaml_boolean(tmp_path):
+    config = tmp_path / "c.yaml"
+    config.write_text('drop_uniform_groups: "false"\n')
+    (tmp_path / "in").mkdir()
+    proc = run_cli("run", "--config", config, "--input", tmp_path / "in", "--output", tmp_path / "o",
+                   check_codes=(2,))
+    assert "drop_uniform_groups takes true or false, got 'false'" in proc.stderr
