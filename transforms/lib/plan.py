@@ -70,7 +70,7 @@ def read_footer(f: InputFile) -> Footer:
         with filesystem.open_read(f.path) as handle:
             parquet = pq.ParquetFile(handle)
             return Footer(_steps(parquet), _decoded_bytes(parquet.metadata))
-    except Exception:  # noqa: BLE001 - unreadable: the one-pass path reports it
+    except (OSError, ValueError):  # not Parquet, or damaged (Arrow's errors are both): the one-pass path reports it
         return Footer(None, f.size)
 
 

@@ -45,7 +45,7 @@ def read_record(output_dir: str, output: str) -> dict | None:
     path = filesystem.join(records_dir(output_dir), record_name(output))
     try:
         return output_files.read_json(path)
-    except Exception:  # noqa: BLE001 - a damaged record means: not done
+    except ValueError:  # a damaged (half-written by hand, truncated) record means: not done
         return None
 
 
