@@ -15,7 +15,7 @@ from transforms.assemble_groups import STREAM_SOURCE
 from transforms.dofns import CoreDoFn
 from transforms.lib.dead_letters import with_row_json
 from transforms.lib.label_batch import label_batch
-from transforms.lib.records import DEAD, TRAINING
+from transforms.lib.records import DEAD, FILTERED, TRAINING
 from transforms.lib.settings import Labeling
 from transforms.lib.slim import extract_slim
 from transforms.lib.training_rows import training_rows
@@ -24,14 +24,15 @@ GROUP_SEMANTICS = ("rollout-mainstream", "rollout-shared", "group-index")
 
 
 def relabel_group(key, group_rows: list[dict], labeling: Labeling, device: str):
-    """(training-row table, dead-letter table) of one complete group."""
+    """(training-row table, dead-letter table, filtered-row table) of one complete group."""
     batch, group = key
     table = pa.Table.from_pylist(group_rows)
     source = f"{STREAM_SOURCE}:step={batch}:group={group}"
     (_, slim), = extract_slim(table, source, labeling.reward_key)
     result = label_batch(f"step={batch}", [(source, slim)], None, labeling, device)
     dead = with_row_json(result.dead, table) if result.dead.num_rows else result.dead
-    return training_rows(table, result.results[source]), dead
+    filtered = with_row_json(result.filtered, table) if result.filtered.num_rows else result.filtered
+    return training_rows(table, result.results[source]), dead, filtered
 
 
 class RelabelGroupFn(CoreDoFn):
@@ -41,15 +42,18 @@ class RelabelGroupFn(CoreDoFn):
 
     def process(self, element):
         key, group_rows = element
-        training, dead = relabel_group(key, group_rows, self._labeling, self.device)
+        training, dead, filtered = relabel_group(key, group_rows, self._labeling, self.device)
         if training.num_rows:
             yield training
         if dead.num_rows:
             yield pvalue.TaggedOutput(DEAD, dead)
+        if filtered.num_rows:  # a uniform group under drop_uniform_groups: kept, as filtered.parquet keeps it
+            yield pvalue.TaggedOutput(FILTERED, filtered)
 
 
 class RelabelGroups(beam.PTransform):
-    """PCollection[((batch, group), [row dicts])] -> training (main: one table per group) / dead (tables)."""
+    """PCollection[((batch, group), [row dicts])] -> training (main: one table per group) / dead / filtered
+    (tables)."""
 
     def __init__(self, labeling: Labeling, device: str = "auto"):
         super().__init__()
@@ -59,4 +63,4 @@ class RelabelGroups(beam.PTransform):
         self._fn = RelabelGroupFn(labeling, device)
 
     def expand(self, groups):
-        return groups | "RelabelEachGroup" >> beam.ParDo(self._fn).with_outputs(DEAD, main=TRAINING)
+        return groups | "RelabelEachGroup" >> beam.ParDo(self._fn).with_outputs(DEAD, FILTERED, main=TRAINING)

@@ -18,7 +18,7 @@ import pytest
 from pipeline.generate import RunSpec, write_parquet_run, write_pt_run
 from tests.conftest import ROOT, run_cli
 
-SOURCES = ("pyproject.toml", "README.md", "pipeline", "transforms", "schemas")
+SOURCES = ("pyproject.toml", "README.md", "pipeline", "transforms", "schemas", "rollout_relabel")
 
 
 @pytest.fixture(scope="module")
@@ -46,10 +46,12 @@ def installed(tmp_path_factory):
 
 def test_the_venv_imports_the_wheel_not_the_source_tree(installed):
     python, env, site, work = installed
-    where = subprocess.run([python, "-c", "import pipeline.run, transforms.core.advantages, schemas;"
-                            "print(pipeline.run.__file__, transforms.core.advantages.__file__, schemas.__file__)"],
+    where = subprocess.run([python, "-c", "import pipeline.run, transforms.core.advantages, schemas,"
+                            " rollout_relabel.beam;"
+                            "print(pipeline.run.__file__, transforms.core.advantages.__file__, schemas.__file__,"
+                            " rollout_relabel.beam.__file__)"],
                            env=env, cwd=work, capture_output=True, text=True, check=True).stdout.split()
-    assert len(where) == 3 and all(w.startswith(str(site)) for w in where), where
+    assert len(where) == 4 and all(w.startswith(str(site)) for w in where), where
 
 
 def test_portable_runner_with_external_workers_matches_in_process(installed, tmp_path):

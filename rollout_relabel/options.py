@@ -1,0 +1,59 @@
+"""Keyword options -> the typed Labeling `relabel run` uses, checked the moment they are given.
+
+The names are Labeling's fields (the CLI's flags with underscores), read
+generically: a labeling option added to transforms/lib/settings.py is accepted
+here without a change. A bad name, type or value raises UsageError, as the
+CLI's exit 2 does.
+"""
+from __future__ import annotations
+
+import numbers
+import typing
+
+from transforms.core.config import CoreConfig
+from transforms.lib.errors import UsageError
+from transforms.lib.settings import Labeling
+
+OPTION_NAMES = Labeling.option_names()
+DEVICES = ("auto", "cpu", "cuda")
+
+
+def labeling(options: dict) -> Labeling:
+    """The Labeling for {option name: value}; an option not given keeps the CLI's default."""
+    unknown = sorted(set(options) - set(OPTION_NAMES))
+    if unknown:
+        raise UsageError(f"unknown option(s) {', '.join(unknown)}; the labeling options are "
+                         f"{', '.join(OPTION_NAMES)}")
+    hints = _type_hints()
+    values = {name: _checked(name, value, hints[name]) for name, value in options.items()}
+    try:
+        return Labeling.from_values(values)
+    except ValueError as error:
+        raise UsageError(str(error)) from error
+
+
+def device(requested: str) -> str:
+    if requested not in DEVICES:
+        raise UsageError(f"unknown device {requested!r}; choose one of {', '.join(DEVICES)}")
+    return requested
+
+
+def _type_hints() -> dict:
+    """{option name: its annotated type}, e.g. int | None."""
+    hints = typing.get_type_hints(CoreConfig)
+    hints.update(typing.get_type_hints(Labeling))
+    return hints
+
+
+def _checked(name, value, hint):
+    """The value, if it is of the option's type: one type, or that type or None (`int | None`)."""
+    kinds = typing.get_args(hint) or (hint,)
+    kind = next(k for k in kinds if k is not type(None))
+    if value is None and type(None) in kinds:
+        return None
+    if kind is int and isinstance(value, numbers.Integral) and not isinstance(value, bool):
+        return int(value)  # numpy integers too: the core compares plain ints
+    if kind is not int and isinstance(value, kind):
+        return value
+    expected = kind.__name__ + (" or None" if type(None) in kinds else "")
+    raise UsageError(f"option {name} must be {expected}, got {value!r}")
