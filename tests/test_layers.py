@@ -69,3 +69,8 @@ def test_the_check_sees_function_level_imports(tmp_path):
     hidden.write_text("import numpy\n\ndef f():\n    from pipeline.run import run\n")
     assert imports(hidden) == {"numpy", "pipeline.run"}
     assert offending([hidden], ("pipeline",)) == {str(hidden): ["pipeline.run"]}
+
+
+def test_the_public_package_reaches_beam_only_in_its_beam_module():
+    plain = [p for p in modules("rollout_relabel") if p.name != "beam.py"]
+    assert offending(plain, ("apache_beam", "pipeline", "transforms.lib.filesystem", "transforms.lib.readers")) == {}
