@@ -7,9 +7,15 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
+import re
 import sys
+import threading
 
+from pipeline.worker_output import TRACEBACK_ENV
 from transforms.lib.errors import ExitCode, UsageError
+
+CAUSE = re.compile(r"^[A-Za-z_.]*(Error|Exception|Interrupt)\b.*: ")
 
 COMMANDS = {
     "run": "relabel stored rollouts into Parquet training rows",
@@ -32,6 +38,9 @@ def entry() -> None:
 
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.ERROR)  # Beam's import-time warnings are not the user's business
+    if not os.environ.get(TRACEBACK_ENV):
+        # a failing worker's traceback is logged by Beam as it happens; the user gets one line (below)
+        logging.getLogger("apache_beam").setLevel(logging.CRITICAL)
     argv = list(sys.argv[1:] if argv is None else argv)
     command, rest = (argv[0], argv[1:]) if argv and argv[0] in COMMANDS else (None, argv)
     if command in ("run", "watch", "compare"):
@@ -79,8 +88,34 @@ def pipeline_command(command: str, argv: list[str]) -> int:
     except UsageError as error:
         print(f"relabel: error: {error}", file=sys.stderr)
         return ExitCode.USAGE
+    except KeyboardInterrupt:
+        threading.excepthook = _quiet  # worker threads dying of the interrupt have nothing to add
+        print(f"relabel: interrupted: committed files are kept; rerun the same `relabel {command}` to finish "
+              "what is missing", file=sys.stderr)
+        return ExitCode.INTERRUPTED
+    except Exception as error:  # noqa: BLE001 - the process edge: one line, the traceback only on request
+        if os.environ.get(TRACEBACK_ENV):
+            raise
+        notes = "; ".join(getattr(error, "__notes__", []))
+        print(f"relabel: failed: {_cause(error)} (nothing more is committed; {notes + '; ' if notes else ''}"
+              f"{TRACEBACK_ENV}=1 shows the traceback)", file=sys.stderr)
+        return ExitCode.INTERNAL
     print(outcome.summary())
     return outcome.exit_code
+
+
+def _quiet(args) -> None:
+    """A thread's uncaught exception, after an interrupt: said already, in one line."""
+
+
+def _cause(error: BaseException) -> str:
+    """The line a person needs: runners hand a worker's failure over as text holding its traceback, whose
+    last `SomeError: message` line names the cause (for display only; exit codes never come from text)."""
+    found = [line.strip() for line in str(error).splitlines() if CAUSE.match(line.strip())]
+    cause = found[-1] if found else None
+    while cause and CAUSE.match(cause.split(": ", 1)[-1]):  # "RuntimeError: OSError: ...": the inner one
+        cause = cause.split(": ", 1)[1]
+    return cause if cause else f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -9,12 +9,12 @@ from dataclasses import dataclass
 
 import apache_beam as beam
 
-from pipeline import progress
+from pipeline import progress, worker_output
 from pipeline.local_threads import claim_local_threads
 from pipeline.parse import Parsed, parse
 from pipeline.settings import compare_settings
 from transforms.compare_labelings import CompareLabelings
-from transforms.lib import filesystem, output_files
+from transforms.lib import filesystem, lease, output_files
 from transforms.lib.compare_report import PLOTS, REPORT_JSON, REPORT_MD, side_text, totals_rows
 from transforms.lib.errors import ExitCode, UsageError
 from transforms.lib.inputs import expand_inputs
@@ -81,14 +81,15 @@ def compare(argv: list[str], test_pipeline: beam.Pipeline | None = None) -> Comp
         raise UsageError(f"no .pt or .parquet files found under {' '.join(settings.inputs)}")
     report_dir = settings.report
     make_writable(report_dir, "--report")
-    progress_dir = filesystem.join(report_dir, PROGRESS_DIR)
-    filesystem.delete_existing([progress_dir, filesystem.join(report_dir, REPORT_JSON)])
-    pipeline = test_pipeline if test_pipeline is not None else beam.Pipeline(options=parsed.options)
-    build(pipeline, settings, files, progress_dir)
-    with progress.showing(progress.committed_records(progress_dir), len(files), "relabel compare",
-                          settings.progress):
-        pipeline.run().wait_until_finish()
-    filesystem.delete_existing([progress_dir])
+    with lease.holding(report_dir, "compare"):
+        progress_dir = filesystem.join(report_dir, PROGRESS_DIR)
+        filesystem.delete_existing([progress_dir, filesystem.join(report_dir, REPORT_JSON)])
+        pipeline = test_pipeline if test_pipeline is not None else beam.Pipeline(options=parsed.options)
+        build(pipeline, settings, files, progress_dir)
+        with progress.showing(progress.committed_records(progress_dir), len(files), "relabel compare",
+                              settings.progress), worker_output.logged():
+            pipeline.run().wait_until_finish()
+        filesystem.delete_existing([progress_dir])
     report = output_files.read_json(filesystem.join(report_dir, REPORT_JSON))
     if report is None:
         return CompareOutcome(ExitCode.INTERNAL, report_dir, None)

@@ -8,6 +8,7 @@ from transforms.group_advantages import GroupAdvantages
 from transforms.join_and_write import JoinAndWrite
 from transforms.lib.inputs import InputFile
 from transforms.lib.output_dir import DEAD_LETTERS_NAME, FILTERED_NAME
+from transforms.lib.part_files import batch_inputs
 from transforms.lib.plan import group_by_batch_sharing
 from transforms.lib.records import COUNTERS, DEAD, FILES, FILTERED, RESULTS, SLIM, STATS
 from transforms.lib.settings import RunSettings
@@ -59,7 +60,10 @@ def _file_read(element):
 
 def _shuffle_path(p, settings: RunSettings, shared: list[InputFile]) -> dict:
     """Batches spread over more files than one worker should hold: slim rows meet in a shuffle."""
-    read = (p | "ListSharedBatchFiles" >> beam.Create([f.record() for f in shared])
+    # the shuffle path's files are one set of siblings: a change to any of them redoes them all
+    records = [f.record() for f in shared]
+    siblings = batch_inputs(records)
+    read = (p | "ListSharedBatchFiles" >> beam.Create([dict(r, batch_inputs=siblings) for r in records])
             | "ReadRollouts" >> ReadRollouts(settings))
     batches = read[SLIM] | "GatherBatches" >> GatherBatches()
     computed = batches | "GroupAdvantages" >> GroupAdvantages(settings).with_resource_hints(

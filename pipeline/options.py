@@ -11,6 +11,7 @@ import argparse
 
 from transforms.core.config import MAINSTREAM_POLICIES, SEMANTICS
 from transforms.lib.errors import UsageError
+from transforms.lib.settings import DEFAULT_MAX_FILE_BYTES
 
 BEAM_LINE = ("Any Beam pipeline option is accepted too (--runner, --direct_num_workers, --project, ...): "
              "`relabel {command} --help-beam` lists them.")
@@ -98,6 +99,8 @@ def _add_running(parser: argparse.ArgumentParser, command: str) -> None:
                        help="Beam resource hint for the stage running the core, e.g. min_ram=16GB or "
                             "accelerator=type:nvidia-l4;count:1;install-nvidia-driver (repeatable)")
     group.add_argument("--overwrite", action="store_true", help="replace an output made with other options")
+    group.add_argument("--max-file-bytes", type=int, default=DEFAULT_MAX_FILE_BYTES, metavar="N",
+                       help="refuse (dead-letter) an input larger than N bytes before reading it (default 64 GiB)")
     if command == "run":
         group.add_argument("--fail-fast", action="store_true",
                            help="stop at the first bad input and leave no output files")

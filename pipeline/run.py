@@ -6,18 +6,25 @@ from dataclasses import dataclass, field, replace
 import apache_beam as beam
 from apache_beam.pipeline import PipelineVisitor
 
-from pipeline import progress
+from pipeline import progress, worker_output
 from pipeline.beam_internals import resource_hint_names
 from pipeline.graph import build
 from pipeline.local_threads import available_memory, claim_local_threads, local_thread_count, use_local_threads
 from pipeline.parse import Parsed, parse
 from pipeline.runner_checks import RunnerCheck, check_runner
 from pipeline.settings import run_settings
-from transforms.lib import filesystem, output_files
+from transforms.lib import filesystem, lease, output_files
 from transforms.lib import manifest as manifest_lib
 from transforms.lib.errors import ExitCode, UsageError
 from transforms.lib.inputs import expand_inputs
-from transforms.lib.output_dir import make_writable, read_manifest, read_stop, refuse_other_options, remove_run_outputs
+from transforms.lib.output_dir import (
+    make_writable,
+    parts_intact,
+    read_manifest,
+    read_stop,
+    refuse_other_options,
+    remove_run_outputs,
+)
 from transforms.lib.plan import group_by_batch_sharing, read_footers
 from transforms.lib.settings import RunSettings
 
@@ -69,15 +76,24 @@ def run(argv: list[str], test_pipeline: beam.Pipeline | None = None) -> RunOutco
     if not files:
         raise UsageError(f"no .pt or .parquet files found under {' '.join(settings.inputs)}")
     output = settings.output
-    if not settings.dry_run:
-        make_writable(output)
+    if settings.dry_run:
+        return _relabel(parsed, settings, files, runner_check, test_pipeline)
+    make_writable(output)
+    with lease.holding(output, "run"):
+        return _relabel(parsed, settings, files, runner_check, test_pipeline)
+
+
+def _relabel(parsed: Parsed, settings: RunSettings, files, runner_check: RunnerCheck,
+             test_pipeline: beam.Pipeline | None) -> RunOutcome:
+    """The run itself, once the output is ours (or nothing is written: a dry run)."""
+    options, output = parsed.options, settings.output
 
     previous = read_manifest(output)
     if previous is not None:
         same_inputs = [(i["path"], i["size"], i["mtime"]) for i in previous["inputs"]] == [
             (f.path, f.size, f.mtime) for f in files]
         same_options = previous.get("fingerprint") == settings.fingerprint()
-        if same_options and same_inputs and not settings.overwrite:
+        if same_options and same_inputs and not settings.overwrite and parts_intact(output, previous):
             return RunOutcome(ExitCode.OK, output, previous,
                               ["already complete: the output matches these inputs and options; nothing to do"])
         if not settings.overwrite:
@@ -103,7 +119,7 @@ def run(argv: list[str], test_pipeline: beam.Pipeline | None = None) -> RunOutco
     build(pipeline, settings, files, groups)
     try:
         with progress.showing(progress.part_files(output, [f.output for f in files]), len(files), "relabel run",
-                              settings.progress):
+                              settings.progress), worker_output.logged():
             pipeline.run().wait_until_finish()
     except Exception:
         stopped = read_stop(output)  # a worker stopped the run on purpose: its type, not its text

@@ -33,7 +33,8 @@ def run_settings(args: argparse.Namespace) -> RunSettings:
             inputs=tuple(args.inputs), output=args.output, labeling=labeling(args), device=args.device,
             fail_fast=getattr(args, "fail_fast", False), max_dead_fraction=getattr(args, "max_dead_fraction", None),
             overwrite=args.overwrite, dry_run=getattr(args, "dry_run", False),
-            core_resource_hints=core_resource_hints(args.core_resource_hints or []), progress=args.progress)
+            core_resource_hints=core_resource_hints(args.core_resource_hints or []), progress=args.progress,
+            max_file_bytes=args.max_file_bytes)
     except ValueError as error:
         raise UsageError(str(error)) from error
 

@@ -12,9 +12,10 @@ import threading
 
 import apache_beam as beam
 
+from pipeline import worker_output
 from pipeline.run import RunOutcome, parse_run
 from pipeline.settings import watch_settings
-from transforms.lib import filesystem, output_files, watch_records
+from transforms.lib import filesystem, lease, output_files, watch_records
 from transforms.lib import manifest as manifest_lib
 from transforms.lib.errors import UsageError
 from transforms.lib.inputs import expand_inputs
@@ -34,13 +35,14 @@ def run_watch(argv: list[str], test_pipeline: beam.Pipeline | None = None) -> Ru
     watch = watch_settings(parsed.args)
     output = settings.output
     lineage = settings.lineage()
-    _prepare_output(output, settings)
-
-    pipeline = test_pipeline if test_pipeline is not None else beam.Pipeline(options=parsed.options)
-    build_watch(pipeline, settings, watch)
-    notes = []
-    with StopOnSignal(output) as stop:
-        pipeline.run().wait_until_finish()
+    make_writable(output)
+    with lease.holding(output, "watch"):
+        _prepare_output(output, settings)
+        pipeline = test_pipeline if test_pipeline is not None else beam.Pipeline(options=parsed.options)
+        build_watch(pipeline, settings, watch)
+        notes = []
+        with StopOnSignal(output) as stop, worker_output.logged():
+            pipeline.run().wait_until_finish()
     filesystem.delete_existing([watch_records.stop_path(output)])
     if stop.requested:
         notes.append("stopped: interrupted; files not finished are relabelled by the next watch")
@@ -63,8 +65,8 @@ def _prepare_output(output: str, settings) -> None:
         stale = [filesystem.join(output, d) for d in (watch_records.RECORDS_DIR, watch_records.DEAD_LETTERS_DIR,
                                                       watch_records.FILTERED_DIR)]
         filesystem.delete_existing(stale)
-    filesystem.delete_existing([watch_records.stop_path(output)])
-    make_writable(output)
+    stale = [watch_records.stop_path(output)] + [filesystem.join(output, n) for n in watch_records.RUN_RECORDS]
+    filesystem.delete_existing(stale)
 
 
 def _not_done(settings, output) -> list[str]:

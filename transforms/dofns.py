@@ -9,11 +9,13 @@ from apache_beam import pvalue
 
 from transforms.lib.dead_letters import file_dead_letter
 from transforms.lib.device import resolve_device
-from transforms.lib.errors import FailFast
+from transforms.lib.errors import FailFast, InputChanged
 from transforms.lib.label_batch import BatchResult
 from transforms.lib.output_dir import stop_run
 from transforms.lib.part_files import FileOutcome
+from transforms.lib.readers import read_input
 from transforms.lib.records import DEAD, FILES, FILTERED, BatchCounts, FileRead
+from transforms.lib.settings import RunSettings
 from transforms.metrics import counter
 
 
@@ -26,6 +28,14 @@ class CoreDoFn(beam.DoFn):
 
     def setup(self):
         self.device = resolve_device(self._requested_device)
+
+
+def read_planned(record: dict, settings: RunSettings, columns=None):
+    """An input's rows, as the plan listed it (readers.read_input); a changed input stops the run."""
+    try:
+        return read_input(record, columns, settings.max_file_bytes)
+    except InputChanged as changed:
+        raise stop_run(settings.output, changed) from None
 
 
 def stop_on_dead_rows(result: BatchResult, batch_key: str, fail_fast: bool, output: str) -> None:

@@ -11,15 +11,15 @@ from __future__ import annotations
 import apache_beam as beam
 
 import schemas
-from transforms.dofns import outcome_outputs
+from transforms.dofns import outcome_outputs, read_planned
 from transforms.lib import part_files
-from transforms.lib.readers import read_table
 from transforms.lib.records import DEAD, FILTERED, STATS
 from transforms.lib.settings import RunSettings
 
 
 class WriteTrainingRowsFn(beam.DoFn):
     def __init__(self, settings: RunSettings):
+        self._settings = settings
         self._output_dir = settings.output
         self._lineage = settings.lineage()
 
@@ -29,10 +29,10 @@ class WriteTrainingRowsFn(beam.DoFn):
         if not read:
             return
         record = dict(read[0].input, rows_in=read[0].rows_in)
-        lineage = part_files.file_lineage(self._lineage, record)
+        lineage = part_files.file_lineage(self._lineage, record, record["batch_inputs"])
         complete = part_files.is_complete(self._output_dir, record["output"], lineage)
         outcome = part_files.finish_file(
-            record, lambda: read_table(source)[0],
+            record, lambda: read_planned(record, self._settings)[0],
             part_files.concat(joined["result"], schemas.RESULT),
             part_files.concat(joined["dead"], schemas.DEAD_LETTERS),
             part_files.concat(joined["filtered"], schemas.DEAD_LETTERS),

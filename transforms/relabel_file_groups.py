@@ -15,12 +15,11 @@ import apache_beam as beam
 from apache_beam import pvalue
 
 import schemas
-from transforms.dofns import CoreDoFn, count_batch, dead_file_outputs, outcome_outputs, stop_on_dead_rows
+from transforms.dofns import CoreDoFn, count_batch, dead_file_outputs, outcome_outputs, read_planned, stop_on_dead_rows
 from transforms.lib import memory, part_files
 from transforms.lib.dead_letters import split_by_source
 from transforms.lib.errors import BadFile
 from transforms.lib.label_batch import label_batch
-from transforms.lib.readers import read_table
 from transforms.lib.records import COUNTERS, DEAD, FILES, FILTERED, STATS, FileRead
 from transforms.lib.settings import RunSettings
 from transforms.lib.slim import extract_slim
@@ -38,15 +37,17 @@ class RelabelFileGroupFn(CoreDoFn):
     def process(self, group):
         settings = self._settings
         readable = []  # (record, lineage, completeness, table)
+        siblings = part_files.batch_inputs(group)
         batches: dict[str, list] = {}
         sizes: dict[str, list | None] = {}
         for record in group:
             source = record["path"]
-            lineage = part_files.file_lineage(self._lineage, record)
+            lineage = part_files.file_lineage(self._lineage, record, siblings)
             complete = part_files.is_complete(settings.output, record["output"], lineage)
             try:
                 # a complete output needs only the slim columns (to rebuild dead letters and counters)
-                table, metadata = read_table(source, columns=schemas.SLIM_INPUT_COLUMNS if complete[0] else None)
+                table, metadata = read_planned(record, settings,
+                                               columns=schemas.SLIM_INPUT_COLUMNS if complete[0] else None)
                 parts = extract_slim(table, source, settings.labeling.reward_key)
             except BadFile as bad:  # unreadable, or its batches cannot be decided
                 yield from dead_file_outputs(source, bad.reason, bad.message, settings.fail_fast, settings.output)
@@ -75,7 +76,7 @@ class RelabelFileGroupFn(CoreDoFn):
         while readable:  # popped, so each file's rows are freed once written
             record, lineage, complete, table = readable.pop(0)
             source = record["path"]
-            full_table = (lambda source=source: read_table(source)[0]) if complete[0] else (lambda t=table: t)
+            full_table = (lambda r=record: read_planned(r, settings)[0]) if complete[0] else (lambda t=table: t)
             outcome = part_files.finish_file(
                 record, full_table, part_files.concat(results.get(source, []), schemas.RESULT),
                 part_files.concat(dead.get(source, []), schemas.DEAD_LETTERS),

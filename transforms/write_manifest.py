@@ -7,7 +7,7 @@ from transforms.combiners import CollectFn
 from transforms.lib import manifest as manifest_lib
 from transforms.lib import output_files
 from transforms.lib.errors import RunStopped
-from transforms.lib.output_dir import stop_run
+from transforms.lib.output_dir import part_bytes, stop_run
 from transforms.lib.settings import RunSettings
 
 
@@ -19,7 +19,7 @@ class WriteManifestFn(beam.DoFn):
         settings = self._settings
         try:
             manifest = manifest_lib.build_manifest(settings.lineage(), settings.fingerprint(), self._inputs, stats,
-                                                   settings.max_dead_fraction)
+                                                   settings.max_dead_fraction, part_bytes(settings.output))
         except RunStopped as stopped:  # lost rows, or too many dead ones: never committed
             raise stop_run(settings.output, stopped) from None
         output_files.write_bytes_atomically(manifest_lib.dumps(manifest), settings.output, manifest_lib.MANIFEST_NAME)

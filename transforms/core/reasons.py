@@ -28,6 +28,8 @@ REASONS = (
     "late-batch-file",   # relabel watch: a file for a step already relabelled from other files
     "incomplete-group",  # row streams: a prompt group that did not complete before its timeout
     "null-mask-value",   # a null inside loss_mask: whether that token trains cannot be decided
+    "duplicate-column",  # two columns share a name: which one is meant cannot be decided (whole file)
+    "file-too-large",    # larger than --max-file-bytes: refused before it is read (whole file)
 )
 CODE = {name: i for i, name in enumerate(REASONS)}
 

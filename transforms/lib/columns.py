@@ -13,6 +13,7 @@ from transforms.core.reasons import CODE
 from transforms.lib.errors import BadFile
 
 INTEGER_COLUMNS = ("step", "group_index", "index", "rollout_id", "response_length")
+INT64_MAX = 2 ** 63 - 1
 
 
 def usable_columns(table, source, problem, details):
@@ -27,6 +28,11 @@ def usable_columns(table, source, problem, details):
             table = table.drop_columns([name])
             continue
         expected = None
+        if name in INTEGER_COLUMNS and pa.types.is_uint64(column.type) and pc.max(column).as_py() is not None \
+                and pc.max(column).as_py() > INT64_MAX:
+            # a key beyond int64 cannot be told from others: its group, so its batch, is unknown
+            raise BadFile("value-too-large", f"{source}: `{name}` holds {pc.max(column).as_py()}, beyond the "
+                                             "int64 range")
         if name in INTEGER_COLUMNS and not pa.types.is_integer(column.type):
             if pa.types.is_floating(column.type) and integral(column):
                 table = table.set_column(table.column_names.index(name), name, pc.cast(column, pa.int64()))
@@ -37,7 +43,10 @@ def usable_columns(table, source, problem, details):
             expected = "a list of integers"
         elif name == "remove_sample" and not pa.types.is_boolean(column.type):
             expected = "booleans"
-        elif name == "status" and not (pa.types.is_string(column.type) or pa.types.is_large_string(column.type)):
+        elif name == "status" and pa.types.is_dictionary(column.type) and _is_text(column.type.value_type):
+            table = table.set_column(table.column_names.index(name), name, pc.cast(column, pa.string()))
+            continue
+        elif name == "status" and not _is_text(column.type):
             expected = "strings"
         if expected:
             if name == "step":
@@ -47,6 +56,10 @@ def usable_columns(table, source, problem, details):
                   f"column `{name}` has type {kind}, expected {expected}")
             table = table.drop_columns([name])
     return table
+
+
+def _is_text(kind) -> bool:
+    return pa.types.is_string(kind) or pa.types.is_large_string(kind)
 
 
 def integral(column) -> bool:

@@ -55,8 +55,13 @@ class TooManyDeadRows(RunStopped):
     discard_outputs = True
 
 
+class InputChanged(RunStopped):
+    """An input's size or mtime changed between planning and reading: its batch would be normalized over
+    rows the plan never saw. Nothing is committed; a rerun plans again."""
+
+
 class AccountingError(RunStopped):
     """rows in != rows out + dead + filtered: something was lost; such a run is never committed."""
 
 
-STOPS = {cls.__name__: cls for cls in (FailFast, TooManyDeadRows, AccountingError)}
+STOPS = {cls.__name__: cls for cls in (FailFast, TooManyDeadRows, InputChanged, AccountingError)}

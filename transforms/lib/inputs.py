@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import posixpath
 import re
 from dataclasses import dataclass
 
@@ -19,31 +20,45 @@ class InputFile:
     output: str          # part-<stem>.parquet, unique, never a path
     size: int
     mtime: float
+    problem: str | None = None  # why the file cannot be read at all, found while listing (dead-lettered whole)
 
     def record(self) -> dict:
-        return {"path": self.path, "output": self.output, "size": self.size, "mtime": self.mtime}
+        record = {"path": self.path, "output": self.output, "size": self.size, "mtime": self.mtime}
+        return dict(record, problem=self.problem) if self.problem else record
 
 
 def expand_inputs(inputs, output_dir: str) -> list[InputFile]:
-    found: dict[str, tuple[str, object]] = {}
+    """Every input file once, whatever the spellings that reach it, never one under output_dir.
+
+    Directory and glob listings skip hidden names (`.x`, `_x`: temporary and marker files); a file
+    named explicitly is read whatever its name.
+    """
+    found: dict[str, tuple[str, str, object]] = {}  # identity -> (path, root, metadata)
+    output = identity(output_dir)
     for spec in inputs:
+        if identity(spec) == output:
+            raise UsageError(f"--input {spec} is the --output directory; relabelled rows are never read as input")
         root, pattern = _root_and_pattern(spec)
         matched = filesystem.match(pattern)
-        if not matched and not GLOB_CHARS.search(spec):
-            raise MissingInput(f"--input {spec}: no such file or directory")
+        if not matched:
+            what = "matches no file" if GLOB_CHARS.search(spec) else "no such file or directory"
+            raise MissingInput(f"--input {spec}: {what}")
+        explicit = not GLOB_CHARS.search(spec) and len(matched) == 1 and identity(matched[0].path) == identity(spec)
         for meta in matched:
-            path = meta.path
-            if _is_rollout_file(path) and not _inside(path, output_dir) and path not in found:
-                found[path] = (root, meta)
+            key = identity(meta.path)
+            if key in found or _inside(key, output):
+                continue
+            if _is_rollout_file(meta.path, hidden_ok=explicit):
+                found[key] = (meta.path, root, meta)
     files, owners = [], {}
-    for path in sorted(found):
-        root, meta = found[path]
+    for path, root, meta in sorted(found.values(), key=lambda item: item[0]):
         name = output_name(path, root)
         if name in owners:
             raise UsageError(f"inputs {owners[name]} and {path} would both write {name}; "
                              "give them separate --input roots or rename one")
         owners[name] = path
-        files.append(InputFile(path, name, int(meta.size_in_bytes), float(meta.last_updated_in_seconds)))
+        shown, problem = _nameable(path)
+        files.append(InputFile(shown, name, int(meta.size_in_bytes), float(meta.last_updated_in_seconds), problem))
     return files
 
 
@@ -67,12 +82,31 @@ def _root_and_pattern(spec: str):
     return spec.rsplit("/", 1)[0] + "/" if "/" in spec else "", spec
 
 
-def _is_rollout_file(path: str) -> bool:
+def _nameable(path: str) -> tuple[str, str | None]:
+    """A path that is not valid UTF-8 cannot travel between workers or into Parquet: it is shown with its
+    bad bytes escaped, and the file is dead-lettered (rename it to relabel it)."""
+    try:
+        path.encode("utf-8")
+        return path, None
+    except UnicodeEncodeError:
+        shown = path.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+        return shown, "unreadable-file"
+
+
+def identity(path: str) -> str:
+    """One spelling per file: symlinks and `.`/`..` resolved on a local disk, `.`/`..` folded in a URL."""
+    if "://" not in path:
+        return os.path.realpath(path)
+    scheme, rest = path.split("://", 1)
+    folded = posixpath.normpath("/" + rest)[1:]
+    return f"{scheme}://{folded}"
+
+
+def _is_rollout_file(path: str, hidden_ok: bool = False) -> bool:
     name = path.replace("\\", "/").rsplit("/", 1)[-1]
-    return not name.startswith((".", "_")) and name.lower().endswith(PT_SUFFIXES + PARQUET_SUFFIXES)
+    return (hidden_ok or not name.startswith((".", "_"))) and name.lower().endswith(PT_SUFFIXES + PARQUET_SUFFIXES)
 
 
 def _inside(path: str, directory: str) -> bool:
-    if "://" not in directory:
-        return os.path.abspath(path).startswith(os.path.abspath(directory).rstrip("/") + "/")
+    """Both already resolved (identity())."""
     return path.startswith(directory.rstrip("/") + "/")

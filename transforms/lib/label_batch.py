@@ -138,8 +138,10 @@ def _dead_messages(batch_key, dead_rows, dead_code, row_problem, details, source
                             f"with rewards {[float(reward[j]) for j in siblings]}; {config.semantics} "
                             "requires one shared reward per rollout")
         elif reason == "non-finite-advantage":
-            messages.append(f"{reason}: {where} gives a non-finite advantage under {config.semantics} "
-                            f"(a one-row group divided by std + 1e-6 is NaN, as in the original)")
+            size = int((prompt_group == prompt_group[i]).sum())
+            why = ("a one-row group divided by std + 1e-6 is NaN, as in the original" if size == 1 else
+                   f"its {size} rows' statistics overflow float32")
+            messages.append(f"{reason}: {where} gives a non-finite advantage under {config.semantics} ({why})")
         else:
             j = first_bad_in_group.get(prompt_group[i])
             cause = f"row {rows[j]} of {source_of(j)}: {details.get(int(j), reason)}" if j is not None else reason

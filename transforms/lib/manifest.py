@@ -14,9 +14,13 @@ MANIFEST_NAME = "_manifest.json"
 
 
 def build_manifest(record: dict, fingerprint: str, inputs: list[dict], stats: list[Stat],
-                   max_dead_fraction: float | None = None) -> dict:
+                   max_dead_fraction: float | None = None, part_bytes: dict[str, int] | None = None) -> dict:
     """The manifest from every stage's stats; raises AccountingError when rows were lost and
-    TooManyDeadRows above max_dead_fraction (neither is ever committed)."""
+    TooManyDeadRows above max_dead_fraction (neither is ever committed).
+
+    part_bytes: each committed part file's size, by name, so that a rerun can tell from one listing
+    that every part is still there, whole.
+    """
     reads = {s.source: s for s in stats if isinstance(s, FileRead)}
     written = {s.source: s for s in stats if isinstance(s, FileWritten)}
     batches = [s for s in stats if isinstance(s, BatchCounts)]
@@ -35,6 +39,8 @@ def build_manifest(record: dict, fingerprint: str, inputs: list[dict], stats: li
             "rows_dead": dead.by_source.get(path, 0), "rows_filtered": filtered.by_source.get(path, 0),
             "unreadable": read.reason if read else None,
         })
+        if part_bytes is not None:
+            files[-1]["output_bytes"] = part_bytes.get(out.output) if out else None
     counts = {
         "files": len(files),
         "files_unreadable": sum(1 for f in files if f["unreadable"]),

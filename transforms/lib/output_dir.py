@@ -11,6 +11,8 @@ from transforms.lib.manifest import MANIFEST_NAME
 DEAD_LETTERS_NAME = "dead_letters.parquet"
 FILTERED_NAME = "filtered.parquet"
 STOP_NAME = "_stop.json"  # a worker's RunStopped, for the driver (see errors.py)
+# what `relabel watch` keeps besides part files (transforms/lib/watch_records.py)
+WATCH_RECORDS = ("_watch", "dead_letters", "filtered")
 TEMP_PROBE = "_write-probe"  # written and deleted before a run: can the output be written at all?
 
 
@@ -19,13 +21,25 @@ def read_manifest(output: str) -> dict | None:
 
 
 def remove_run_outputs(output: str, part_names) -> None:
-    """Delete the manifest (first, so nothing looks complete meanwhile), the record files, temporary
-    files, a stop record and the named part files. Part files not named stay: a resumed run skips the
-    complete ones."""
-    names = [MANIFEST_NAME, DEAD_LETTERS_NAME, FILTERED_NAME, STOP_NAME] + [n for n in part_names if n]
+    """Delete the manifest (first, so nothing looks complete meanwhile), the record files (a watch's
+    folders of them too), temporary files, a stop record and the named part files. Part files not named
+    stay: a resumed run skips the complete ones."""
+    names = [MANIFEST_NAME, DEAD_LETTERS_NAME, FILTERED_NAME, STOP_NAME, *WATCH_RECORDS] + [n for n in part_names if n]
     paths = [filesystem.join(output, n) for n in names]
     paths += [m.path for m in filesystem.match(filesystem.join(output, output_files.TEMP_PREFIX + "*"))]
     filesystem.delete_existing(paths)
+
+
+def part_bytes(output: str) -> dict[str, int]:
+    """The committed part files in output and their sizes, from one listing."""
+    return {m.path.replace("\\", "/").rsplit("/", 1)[-1]: int(m.size_in_bytes)
+            for m in filesystem.match(filesystem.join(output, "part-*.parquet"))}
+
+
+def parts_intact(output: str, manifest: dict) -> bool:
+    """Whether every part file the manifest lists is there with its recorded size (a listing, no reads)."""
+    found = part_bytes(output)
+    return all(found.get(i["output"]) == i.get("output_bytes") for i in manifest["inputs"] if i.get("output"))
 
 
 def refuse_other_options(output: str, what: str, found: str | None, fingerprint: str) -> None:

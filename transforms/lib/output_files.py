@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import uuid
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -11,6 +12,8 @@ from transforms.lib.faults import crash_point
 
 TEMP_PREFIX = ".tmp-"
 OLD_PREFIX = ".old-"
+# Temporary names are unique to this process: two writers of one name never share a temporary file.
+_WRITER = uuid.uuid4().hex[:12]
 LINEAGE_KEY = b"rollout_relabel"
 
 
@@ -37,11 +40,15 @@ def write_bytes_atomically(data: bytes, directory: str, name: str) -> None:
 def _write_atomically(directory: str, name: str, write) -> None:
     """write(handle) fills a temporary file, streamed (never a whole copy in memory), then it is renamed."""
     final = filesystem.join(directory, name)
-    temp = filesystem.join(directory, TEMP_PREFIX + name)
-    with filesystem.create(temp) as handle:
-        write(handle)
-    crash_point("before-rename", name)
-    _commit(temp, final, filesystem.join(directory, OLD_PREFIX + name))
+    temp = filesystem.join(directory, f"{TEMP_PREFIX}{_WRITER}-{name}")
+    try:
+        with filesystem.create(temp) as handle:
+            write(handle)
+        crash_point("before-rename", name)
+        _commit(temp, final, filesystem.join(directory, f"{OLD_PREFIX}{_WRITER}-{name}"))
+    except BaseException:
+        filesystem.delete_existing([temp])  # a full disk, an interrupt: leave no temporary file behind
+        raise
     crash_point("after-rename", name)
 
 

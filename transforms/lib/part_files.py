@@ -2,6 +2,8 @@
 filtered records with their full rows attached. Shared by both write paths; no Beam here."""
 from __future__ import annotations
 
+import hashlib
+import json
 from dataclasses import dataclass
 from typing import Callable
 
@@ -33,8 +35,19 @@ def is_complete(output_dir: str, name: str, lineage: dict) -> tuple[bool, int]:
     return True, existing["_rows"]
 
 
-def file_lineage(lineage: dict, record: dict) -> dict:
-    return dict(lineage, source=record["path"], input_size=record["size"], input_mtime=record["mtime"])
+def batch_inputs(records: list[dict]) -> str:
+    """Identifies the inputs whose rows share batches with a file: its group's paths, sizes and mtimes.
+
+    A part file's advantages depend on every file of its batches, so its lineage carries this: a sibling
+    added, removed or changed makes the part file incomplete, and it is written again.
+    """
+    identity = sorted((r["path"], r["size"], r["mtime"]) for r in records)
+    return hashlib.sha256(json.dumps(identity).encode()).hexdigest()[:16]
+
+
+def file_lineage(lineage: dict, record: dict, batch_inputs: str) -> dict:
+    return dict(lineage, source=record["path"], input_size=record["size"], input_mtime=record["mtime"],
+                batch_inputs=batch_inputs)
 
 
 def finish_file(record: dict, full_table: Callable[[], pa.Table], result: pa.Table, dead: pa.Table,

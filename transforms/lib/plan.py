@@ -14,8 +14,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from transforms.lib import filesystem
+from transforms.lib.errors import BadFile
 from transforms.lib.inputs import InputFile
-from transforms.lib.readers import file_format
+from transforms.lib.readers import check_regular, file_format
 
 # A group of files sharing batches larger than this goes through the shuffle path instead of one worker.
 MAX_GROUP_BYTES = 1 << 30
@@ -64,8 +65,12 @@ def step_range(f: InputFile):
 
 
 def read_footer(f: InputFile) -> Footer:
-    if file_format(f.path) != "parquet":
+    if file_format(f.path) != "parquet" or f.problem:
         return Footer(None, f.size)  # a .pt dump holds its tensors as they are
+    try:
+        check_regular(f.path)  # never open a FIFO or a device: the one-pass path dead-letters it
+    except BadFile:
+        return Footer(None, f.size)
     try:
         with filesystem.open_read(f.path) as handle:
             parquet = pq.ParquetFile(handle)

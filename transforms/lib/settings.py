@@ -18,6 +18,8 @@ import schemas
 from transforms.core.config import CoreConfig
 
 PROJECT = "rollout-relabel"
+# Generous: a .pt dump is read whole into memory, a Parquet file one file group at a time.
+DEFAULT_MAX_FILE_BYTES = 64 << 30
 
 
 def project_version() -> str:
@@ -76,6 +78,7 @@ class RunSettings:
     dry_run: bool = False
     core_resource_hints: tuple[tuple[str, str], ...] = ()
     progress: bool | None = None  # None: when stderr is a terminal
+    max_file_bytes: int = DEFAULT_MAX_FILE_BYTES
     version: str = field(default_factory=project_version)
     # the local runner's worker threads when ours to choose (the most to use), else None
     local_threads: int | None = None
@@ -83,6 +86,8 @@ class RunSettings:
     def __post_init__(self):
         if self.max_dead_fraction is not None and not 0 <= self.max_dead_fraction <= 1:
             raise ValueError(f"--max-dead-fraction must be within [0, 1], got {self.max_dead_fraction}")
+        if self.max_file_bytes < 1:
+            raise ValueError(f"--max-file-bytes must be positive, got {self.max_file_bytes}")
 
     @property
     def core(self) -> CoreConfig:

@@ -28,6 +28,8 @@ def batch_key_of(source: str, step) -> str:
     return f"step={step}" if step is not None else f"file={source}"
 
 
+FLOAT32_MAX = float(np.finfo(np.float32).max)
+
 # A response longer than this is not a real rollout; building its mask would exhaust memory.
 MAX_RESPONSE_TOKENS = 1 << 24
 
@@ -130,12 +132,29 @@ def _reward_values(table, reward_key, problem, details):
         flag(problem, details, np.ones(n, dtype=bool), "non-numeric-reward",
               lambda i: f"reward[{reward_key!r}] has type {values.type}")
         return np.zeros(n)
-    numbers = fill(pc.cast(values, pa.float64()), np.nan)
+    inexact = _beyond_float64_integers(values)
+    numbers = fill(pc.cast(values, pa.float64(), safe=False), np.nan)
     null = np.asarray(column.is_null())
     flag(problem, details, null, "non-numeric-reward", lambda i: "reward is null")
+    flag(problem, details, inexact, "value-too-large",
+         lambda i: f"reward {values[i].as_py()} is an integer beyond 2**53: no float holds it exactly")
     flag(problem, details, ~null & ~np.isfinite(numbers), "non-finite-reward",
-          lambda i: f"reward is {numbers[i]}")
+         lambda i: f"reward is {numbers[i]}")
+    # rewards and advantages are written as float32: a value beyond its range would be written as inf
+    flag(problem, details, np.isfinite(numbers) & (np.abs(numbers) > FLOAT32_MAX), "value-too-large",
+         lambda i: f"reward {numbers[i]!r} does not fit float32 (largest {FLOAT32_MAX:.6g})")
     return numbers
+
+
+def _beyond_float64_integers(values) -> np.ndarray:
+    """Rows of an integer reward column whose value float64 cannot hold exactly (beyond 2**53)."""
+    kind = values.type
+    if not pa.types.is_integer(kind) or kind.bit_width <= 32:
+        return np.zeros(len(values), dtype=bool)
+    beyond = pc.greater(values, pa.scalar(2 ** 53, kind))
+    if pa.types.is_signed_integer(kind):
+        beyond = pc.or_(beyond, pc.less(values, pa.scalar(-2 ** 53, kind)))
+    return fill(beyond, False).astype(bool)
 
 
 def _is_number(kind) -> bool:

@@ -12,11 +12,11 @@ import json
 
 from transforms.lib import filesystem, output_files
 from transforms.lib import manifest as manifest_lib
+from transforms.lib.output_dir import DEAD_LETTERS_NAME, FILTERED_NAME, WATCH_RECORDS
 from transforms.lib.records import RecordsWritten, stat_from_dict
 
-RECORDS_DIR = "_watch"
-DEAD_LETTERS_DIR = "dead_letters"
-FILTERED_DIR = "filtered"
+RECORDS_DIR, DEAD_LETTERS_DIR, FILTERED_DIR = WATCH_RECORDS
+RUN_RECORDS = (DEAD_LETTERS_NAME, FILTERED_NAME)  # `relabel run`'s single files, replaced by a watch's folders
 STOP_NAME = "stop-requested"
 
 
