@@ -7,7 +7,7 @@ from apache_beam.testing.test_stream import TestStream
 from apache_beam.testing.util import assert_that
 from apache_beam.transforms.window import TimestampedValue
 
-from tests.pipeline.matchers import dead_messages, streamed_advantages
+from tests.matchers import dead_messages, streamed_advantages
 from tests.reference import Batch, Row, reference_relabel
 from transforms.assemble_groups import AssembleGroups, canonical_order, key_messages
 from transforms.lib.settings import Labeling

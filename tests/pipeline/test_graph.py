@@ -10,7 +10,7 @@ from apache_beam.testing.util import assert_that
 from pipeline.graph import build
 from transforms.lib.inputs import expand_inputs
 from transforms.lib.settings import Labeling, RunSettings
-from tests.pipeline.matchers import advantages_by_source, dead_reasons, manifest_counts
+from tests.matchers import advantages_by_source, dead_reasons, manifest_counts
 from transforms.core.config import CoreConfig
 from transforms.gather_batches import GatherBatches
 from transforms.group_advantages import GroupAdvantages
