@@ -1,13 +1,11 @@
 """The local runner's thread count: one per core, fewer when the file groups in flight would not fit."""
-import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 
 from pipeline.generate import RunSpec, write_parquet_run
 from transforms.lib.inputs import expand_inputs
 from pipeline.local_threads import (GROUP_MEMORY_FACTOR, MAX_LOCAL_THREADS, MEMORY_SHARE, available_memory, cores,
                                     local_thread_count)
-from transforms.lib.plan import group_by_batch_sharing, read_footers
+from transforms.lib.plan import group_by_batch_sharing
 from tests.conftest import run_cli
 
 GB = 10 ** 9
@@ -45,21 +43,6 @@ def test_available_memory_honours_a_cgroup_limit(tmp_path):
     (tmp_path / "memory.max").write_text("max\n")
     assert available_memory(str(tmp_path)) > 10 ** 6  # no limit: the machine's available memory
     assert available_memory(str(tmp_path / "absent")) > 10 ** 6  # no cgroup v2 memory controller
-
-
-def test_footers_estimate_the_arrow_sizes_not_the_encoded_ones(tmp_path):
-    # 0/1 masks, dictionary- and run-length-encoded: a few kB in the pages, 400 kB in memory
-    masks = pa.table({"loss_mask": pa.array([[1, 0] * 500] * 100, pa.list_(pa.int32())), "step": [0] * 100})
-    pq.write_table(masks, tmp_path / "a.parquet", compression="zstd")
-    pq.write_table(pa.table({"reward": [0.5] * 10, "step": [1] * 10}), tmp_path / "b.parquet")
-    (tmp_path / "c.pt").write_bytes(b"x" * 1234)
-    footers = read_footers(expand_inputs([str(tmp_path)], str(tmp_path / "out")))
-    a, b, c = (footers[str(tmp_path / name)] for name in ("a.parquet", "b.parquet", "c.pt"))
-    assert pq.read_metadata(tmp_path / "a.parquet").row_group(0).total_byte_size < masks.nbytes / 20
-    assert 0.95 * masks.nbytes <= a.decoded_bytes <= 1.05 * masks.nbytes
-    assert b.decoded_bytes == 10 * 8 + 10 * 8  # reward and step: 8 bytes a value
-    assert (a.steps, b.steps) == ((0, 0), (1, 1))
-    assert c.decoded_bytes == 1234 and c.steps is None  # a dump: its file size, its own batch
 
 
 def test_a_dry_run_names_the_threads_chosen(tmp_path):

@@ -1,6 +1,8 @@
-"""AssembleGroups + RelabelGroups on a TestStream: rows arrive one by one, out of order, late, or never."""
+"""AssembleGroups (with RelabelGroups after it) on a TestStream: rows arrive one by one, out of order, late, or never.
+
+RelabelGroups alone: tests/transforms/test_relabel_groups.py.
+"""
 import apache_beam as beam
-import pytest
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.test_stream import TestStream
@@ -81,7 +83,3 @@ def test_end_marker_fans_out_to_each_group():
     assert list(key_messages(GROUP_0[0], "step", "group_index", "group_size")) == [
         ((7, 0), ("row", GROUP_0[0])), ((7, 0), ("expect", 4))]
 
-
-def test_positional_semantics_are_refused():
-    with pytest.raises(ValueError, match="legacy-reshape"):
-        RelabelGroups(Labeling(CoreConfig(semantics="legacy-reshape")))
