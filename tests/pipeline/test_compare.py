@@ -12,8 +12,6 @@ import pytest
 from pipeline.generate import RunSpec, generate_rows, write_parquet_run
 from tests.conftest import run_cli
 from tests.expected import expected_outputs
-from transforms.lib.compare_batches import AGREE_ABS, AGREE_REL, ZERO_TOL
-from transforms.lib.compare_report import PLOTS
 from transforms.core.config import CoreConfig
 
 # One file, five steps; A = legacy-reshape, B = rollout-mainstream, both grpo without std.
@@ -169,6 +167,13 @@ def test_blank_image_has_no_pixel_variance(tmp_path):
 SPEC = RunSpec(steps=2, prompts_per_step=5, samples_per_prompt=8, files_per_step=2, seed=7, null_key_rate=0.0)
 LEGACY = ["--a", "legacy-reshape", "--b", "rollout-mainstream", "--n-samples-per-prompt", "8",
           "--rollout-batch-size", "5"]
+
+
+PLOTS = ("scatter.png", "wrong_sign_by_step.png", "group_sizes.png")
+# the report's definitions, as README ("Comparing semantics") states them
+ZERO_TOL = 1e-6       # zero: |x| <= 1e-6
+AGREE_ABS = 1e-6      # agree: |a - b| <= 1e-6 + 1e-5 * |b|
+AGREE_REL = 1e-5
 
 
 def _expected_totals(paths, a: CoreConfig, b: CoreConfig):

@@ -3,6 +3,7 @@
 RelabelGroups alone: tests/transforms/test_relabel_groups.py.
 """
 import apache_beam as beam
+import pytest
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.test_stream import TestStream
@@ -11,7 +12,7 @@ from apache_beam.transforms.window import TimestampedValue
 
 from tests.matchers import dead_messages, streamed_advantages
 from tests.reference import Batch, Row, reference_relabel
-from transforms.assemble_groups import AssembleGroups, canonical_order, key_messages
+from transforms.assemble_groups import AssembleGroups, key_messages
 from transforms.lib.settings import Labeling
 from transforms.core.config import CoreConfig
 from transforms.relabel_groups import RelabelGroups
@@ -35,8 +36,10 @@ END_MARKER = {"step": 7, "end_of_batch": True, "group_sizes": {"0": 4, "1": 2, "
 
 
 def oracle(group_rows):
+    """(index, advantage) per row, rows in the order AssembleGroups emits them: by `index` (ties keep the
+    order given here, which no expected value depends on)."""
     rows = [Row(reward=r["reward"], trainable=r["response_length"], group_index=r["group_index"],
-                rollout_id=r["rollout_id"], index=r["index"]) for r in canonical_order(group_rows)]
+                rollout_id=r["rollout_id"], index=r["index"]) for r in sorted(group_rows, key=lambda r: r["index"])]
     results = reference_relabel([Batch(rows)], CONFIG)[0]
     return [(r.index, result.advantage) for r, result in zip(rows, results)]
 
@@ -75,6 +78,10 @@ def test_oracle_groups_are_not_trivial():
     group_0 = dict(oracle(GROUP_0))
     assert len(set(group_0.values())) == 2 and group_0[1] == group_0[0]
     assert len({a for _, a in oracle(GROUP_1)}) == 2
+    # by hand: rollout rewards [1, 1, 0] (mean 2/3, std 0.57735) and [1, 0.5] (mean 0.75, std 0.353553)
+    assert [i for i, _ in oracle(GROUP_0)] == [0, 1, 1, 2] and [i for i, _ in oracle(GROUP_1)] == [3, 4]
+    assert [a for _, a in oracle(GROUP_0)] == pytest.approx([0.577349, 0.577349, 0.577349, -1.154699], abs=1e-6)
+    assert [a for _, a in oracle(GROUP_1)] == pytest.approx([0.707105, -0.707105], abs=1e-6)
 
 
 def test_end_marker_fans_out_to_each_group():
