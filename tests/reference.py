@@ -2,7 +2,9 @@
 
 Written straight from /work/shared/SEMANTICS.md plus the project's decisions
 where that file is silent (listed in the docstring of ``reference_relabel``).
-No torch, no numpy, no project code except the config dataclass and the
+No torch, no numpy, no project code except the config dataclass (read for
+its option values only: which estimators divide by std, and the other rules,
+are written out below from SEMANTICS.md, not taken from the project) and the
 reason-code strings. Loops everywhere: clarity over speed.
 """
 from __future__ import annotations
@@ -11,8 +13,16 @@ import ctypes
 import math
 from dataclasses import dataclass
 
-from transforms.core.config import CENTRE_ONLY_ESTIMATORS, RLOO, STD_EPS, STD_ESTIMATORS, CoreConfig
+from transforms.core.config import CoreConfig
 from transforms.core.reasons import REASONS
+
+# SEMANTICS.md, "Estimators": centre, then divide by (std + 1e-6) when std normalization is on
+STD_ESTIMATORS = ("grpo", "gspo", "cispo")
+CENTRE_ONLY_ESTIMATORS = ("reinforce_plus_plus_baseline", "dr_grpo")  # centre only, std flag ignored
+RLOO = "rloo"
+STD_EPS = 1e-6
+# SEMANTICS.md, "Semantics": every row is its own unit (no rollout dedup)
+ROW_UNIT_SEMANTICS = ("legacy-reshape", "group-index")
 
 # Reason strings used below; asserting here keeps the oracle honest if codes are renamed.
 PARTIAL_GROUP_INDEX = "partial-group-index"
@@ -64,6 +74,31 @@ def rollout_key(row: Row, position: int):
     if row.index is not None:
         return ("key", row.index)
     return ("alone", position)
+
+
+# ---------------------------------------------------------------- which rules apply
+
+def normalizes(config: CoreConfig) -> bool:
+    """Any other estimator, or --no-rewards-normalization: advantage = reward value, unchanged."""
+    return config.rewards_normalization and config.estimator in STD_ESTIMATORS + CENTRE_ONLY_ESTIMATORS + (RLOO,)
+
+
+def divides_by_std(config: CoreConfig) -> bool:
+    return normalizes(config) and config.std_normalization and config.estimator in STD_ESTIMATORS
+
+
+def row_units(config: CoreConfig) -> bool:
+    return config.semantics in ROW_UNIT_SEMANTICS
+
+
+def last_row_is_mainstream(config: CoreConfig) -> bool:
+    """--mainstream last; most-trainable (the default) and shared take the most-trainable row."""
+    return config.mainstream == "last"
+
+
+def requires_shared_rewards(config: CoreConfig) -> bool:
+    """rollout-shared, or --mainstream shared: all rows of one rollout must carry the same reward."""
+    return config.semantics == "rollout-shared" or config.mainstream == "shared"
 
 
 # ---------------------------------------------------------------- grouping
@@ -148,7 +183,7 @@ def _sample_std(values: list[float]) -> float:
 
 
 def unit_advantages(unit_rewards: list[float], config: CoreConfig) -> list[float]:
-    """float64 advantage of each unit of one group (config.normalizes is assumed)."""
+    """float64 advantage of each unit of one group (normalizes(config) is assumed)."""
     k = len(unit_rewards)
     uniform = k >= 2 and all(r == unit_rewards[0] for r in unit_rewards)
     if uniform:
@@ -159,7 +194,7 @@ def unit_advantages(unit_rewards: list[float], config: CoreConfig) -> list[float
         if k == 1:
             return [0.0]
         return [k / (k - 1) * c for c in centred]
-    if config.estimator in CENTRE_ONLY_ESTIMATORS or not config.divides_by_std:
+    if config.estimator in CENTRE_ONLY_ESTIMATORS or not divides_by_std(config):
         return centred
     assert config.estimator in STD_ESTIMATORS
     if config.semantics == "legacy-reshape":
@@ -203,15 +238,15 @@ def _relabel_batch(batch: Batch, config: CoreConfig) -> list[RowResult]:
                 mask_sum[i] = total
 
         # units and their mainstream row
-        if config.row_units:
+        if row_units(config):
             units = [[i] for i in members]
         else:
             units = list(rollouts.values())
         mainstream_rows = []
         for unit in units:
-            if config.row_units:
+            if row_units(config):
                 chosen = unit[0]
-            elif config.policy == "last":
+            elif last_row_is_mainstream(config):
                 chosen = unit[-1]
             else:  # most-trainable, ties to the earliest row
                 chosen = unit[0]
@@ -227,7 +262,7 @@ def _relabel_batch(batch: Batch, config: CoreConfig) -> list[RowResult]:
             if rows[i].problem:
                 problem = rows[i].problem
                 break
-        if not problem and config.require_shared_rewards:
+        if not problem and requires_shared_rewards(config):
             for unit in units:
                 first = rows[unit[0]].reward
                 if not all(rows[i].reward == first for i in unit):
@@ -239,7 +274,7 @@ def _relabel_batch(batch: Batch, config: CoreConfig) -> list[RowResult]:
         if not problem:
             unit_rewards = [rows[m].reward for m in mainstream_rows]
             uniform = len(unit_rewards) >= 2 and all(r == unit_rewards[0] for r in unit_rewards)
-            if not config.normalizes:
+            if not normalizes(config):
                 for i in members:
                     advantages[i] = to_float32(rows[i].reward)
             else:

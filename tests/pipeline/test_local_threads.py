@@ -1,9 +1,8 @@
 """The local runner's thread count: one per core, fewer when the file groups in flight would not fit."""
-import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 
 from pipeline.generate import RunSpec, write_parquet_run
+<<<<<<< HEAD
 from pipeline.local_threads import (
     GROUP_MEMORY_FACTOR,
     MAX_LOCAL_THREADS,
@@ -12,6 +11,9 @@ from pipeline.local_threads import (
     cores,
     local_thread_count,
 )
+=======
+from pipeline.local_threads import available_memory, local_thread_count
+>>>>>>> issue13-tests
 from tests.conftest import run_cli
 from transforms.lib.inputs import expand_inputs
 from transforms.lib.plan import group_by_batch_sharing, read_footers
@@ -35,11 +37,13 @@ def test_local_thread_count(most, groups, available, shuffled, expected):
 
 
 def test_the_cap_is_the_measured_factor_over_the_share():
-    # the largest `threads` groups, times the factor, within the share of what is available
+    # the largest `threads` groups, times 2.5 (the measured factor), within half of what is available:
+    # 2 threads hold 2.5 x (3 + 2) = 12.5 GB <= 15 GB; 3 would hold 2.5 x 7 = 17.5 GB > 15 GB
     groups = [3 * GB, 2 * GB, 2 * GB, GB]
-    threads = local_thread_count(4, groups, 30 * GB)
-    assert GROUP_MEMORY_FACTOR * sum(groups[:threads]) <= MEMORY_SHARE * 30 * GB
-    assert GROUP_MEMORY_FACTOR * sum(groups[:threads + 1]) > MEMORY_SHARE * 30 * GB
+    assert local_thread_count(4, groups, 30 * GB) == 2
+    assert local_thread_count(4, groups, 25 * GB) == 2       # 12.5 GB is exactly half: still fits
+    assert local_thread_count(4, groups, 25 * GB - 1) == 1   # a byte less and it does not
+    assert local_thread_count(4, groups, 35 * GB) == 3       # 17.5 GB is exactly half of 35
 
 
 def test_available_memory_honours_a_cgroup_limit(tmp_path):
@@ -53,30 +57,18 @@ def test_available_memory_honours_a_cgroup_limit(tmp_path):
     assert available_memory(str(tmp_path / "absent")) > 10 ** 6  # no cgroup v2 memory controller
 
 
-def test_footers_estimate_the_arrow_sizes_not_the_encoded_ones(tmp_path):
-    # 0/1 masks, dictionary- and run-length-encoded: a few kB in the pages, 400 kB in memory
-    masks = pa.table({"loss_mask": pa.array([[1, 0] * 500] * 100, pa.list_(pa.int32())), "step": [0] * 100})
-    pq.write_table(masks, tmp_path / "a.parquet", compression="zstd")
-    pq.write_table(pa.table({"reward": [0.5] * 10, "step": [1] * 10}), tmp_path / "b.parquet")
-    (tmp_path / "c.pt").write_bytes(b"x" * 1234)
-    footers = read_footers(expand_inputs([str(tmp_path)], str(tmp_path / "out")))
-    a, b, c = (footers[str(tmp_path / name)] for name in ("a.parquet", "b.parquet", "c.pt"))
-    assert pq.read_metadata(tmp_path / "a.parquet").row_group(0).total_byte_size < masks.nbytes / 20
-    assert 0.95 * masks.nbytes <= a.decoded_bytes <= 1.05 * masks.nbytes
-    assert b.decoded_bytes == 10 * 8 + 10 * 8  # reward and step: 8 bytes a value
-    assert (a.steps, b.steps) == ((0, 0), (1, 1))
-    assert c.decoded_bytes == 1234 and c.steps is None  # a dump: its file size, its own batch
+def test_a_dry_run_names_the_threads_chosen(tmp_path, monkeypatch):
+    import pipeline.local_threads as local_threads
+    import pipeline.run as run
 
-
-def test_a_dry_run_names_the_threads_chosen(tmp_path):
     write_parquet_run(RunSpec(steps=3, prompts_per_step=2, files_per_step=1, seed=1), tmp_path / "in")
-    groups, _ = group_by_batch_sharing(expand_inputs([str(tmp_path / "in")], str(tmp_path / "out")))
-    threads = min(cores(), MAX_LOCAL_THREADS, len(groups))
+    monkeypatch.setattr(run, "available_memory", lambda: 100 * GB)
+    monkeypatch.setattr(local_threads, "cores", lambda: 8)  # at most 4 threads, and 3 file groups: 3
     out = run_cli("run", "--dry-run", "--input", tmp_path / "in", "--output", tmp_path / "out").stdout
-    if threads > 1:
-        assert f"direct_num_workers={threads}" in out and "direct_running_mode=multi_threading" in out
-    else:
-        assert "direct_num_workers" not in out and "multi_threading" not in out
+    assert "direct_num_workers=3" in out and "direct_running_mode=multi_threading" in out
+    monkeypatch.setattr(local_threads, "cores", lambda: 1)  # one core: the plain in-memory runner
+    out = run_cli("run", "--dry-run", "--input", tmp_path / "in", "--output", tmp_path / "out").stdout
+    assert "direct_num_workers" not in out and "multi_threading" not in out
     one = tmp_path / "one"
     one.mkdir()
     sorted((tmp_path / "in").rglob("*.parquet"))[0].rename(one / "only.parquet")

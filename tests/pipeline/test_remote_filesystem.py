@@ -8,13 +8,12 @@ import pytest
 from pipeline.generate import RunSpec, write_parquet_run, write_pt_run
 from tests import memfs
 from tests.conftest import run_cli
-from transforms.lib.output_files import LINEAGE_KEY
 
 SOURCE_KEYS = ("source", "input_mtime")
 
 
 def _without_source(table):
-    lineage = json.loads(table.schema.metadata[LINEAGE_KEY])
+    lineage = json.loads(table.schema.metadata[b"rollout_relabel"])
     return {k: v for k, v in lineage.items() if k not in SOURCE_KEYS}
 
 

@@ -1,4 +1,7 @@
-"""AssembleGroups + RelabelGroups on a TestStream: rows arrive one by one, out of order, late, or never."""
+"""AssembleGroups (with RelabelGroups after it) on a TestStream: rows arrive one by one, out of order, late, or never.
+
+RelabelGroups alone: tests/transforms/test_relabel_groups.py.
+"""
 import apache_beam as beam
 import pytest
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
@@ -7,9 +10,9 @@ from apache_beam.testing.test_stream import TestStream
 from apache_beam.testing.util import assert_that
 from apache_beam.transforms.window import TimestampedValue
 
-from tests.pipeline.matchers import dead_messages, streamed_advantages
+from tests.matchers import dead_messages, streamed_advantages
 from tests.reference import Batch, Row, reference_relabel
-from transforms.assemble_groups import AssembleGroups, canonical_order, key_messages
+from transforms.assemble_groups import AssembleGroups, key_messages
 from transforms.core.config import CoreConfig
 from transforms.lib.settings import Labeling
 from transforms.relabel_groups import RelabelGroups
@@ -33,8 +36,10 @@ END_MARKER = {"step": 7, "end_of_batch": True, "group_sizes": {"0": 4, "1": 2, "
 
 
 def oracle(group_rows):
+    """(index, advantage) per row, rows in the order AssembleGroups emits them: by `index` (ties keep the
+    order given here, which no expected value depends on)."""
     rows = [Row(reward=r["reward"], trainable=r["response_length"], group_index=r["group_index"],
-                rollout_id=r["rollout_id"], index=r["index"]) for r in canonical_order(group_rows)]
+                rollout_id=r["rollout_id"], index=r["index"]) for r in sorted(group_rows, key=lambda r: r["index"])]
     results = reference_relabel([Batch(rows)], CONFIG)[0]
     return [(r.index, result.advantage) for r, result in zip(rows, results)]
 
@@ -73,6 +78,10 @@ def test_oracle_groups_are_not_trivial():
     group_0 = dict(oracle(GROUP_0))
     assert len(set(group_0.values())) == 2 and group_0[1] == group_0[0]
     assert len({a for _, a in oracle(GROUP_1)}) == 2
+    # by hand: rollout rewards [1, 1, 0] (mean 2/3, std 0.57735) and [1, 0.5] (mean 0.75, std 0.353553)
+    assert [i for i, _ in oracle(GROUP_0)] == [0, 1, 1, 2] and [i for i, _ in oracle(GROUP_1)] == [3, 4]
+    assert [a for _, a in oracle(GROUP_0)] == pytest.approx([0.577349, 0.577349, 0.577349, -1.154699], abs=1e-6)
+    assert [a for _, a in oracle(GROUP_1)] == pytest.approx([0.707105, -0.707105], abs=1e-6)
 
 
 def test_end_marker_fans_out_to_each_group():
@@ -81,7 +90,3 @@ def test_end_marker_fans_out_to_each_group():
     assert list(key_messages(GROUP_0[0], "step", "group_index", "group_size")) == [
         ((7, 0), ("row", GROUP_0[0])), ((7, 0), ("expect", 4))]
 
-
-def test_positional_semantics_are_refused():
-    with pytest.raises(ValueError, match="legacy-reshape"):
-        RelabelGroups(Labeling(CoreConfig(semantics="legacy-reshape")))

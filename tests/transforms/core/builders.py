@@ -3,7 +3,12 @@ import numpy as np
 
 from transforms.core.advantages import compute_advantages
 from transforms.core.arrays import TORCH_CPU
+<<<<<<< HEAD
 from transforms.core.reasons import CODE
+=======
+from transforms.core.reasons import CODE, REASONS
+from transforms.core.advantages import compute_advantages
+>>>>>>> issue13-tests
 from transforms.core.types import CoreInput, CoreOutput
 
 # numpy (the CPU backend) and torch on the CPU: the torch code path a GPU runs, checked without one
@@ -13,6 +18,11 @@ DEVICES = ["cpu", TORCH_CPU]
 def relabel_on(inp: CoreInput, config, device: str) -> CoreOutput:
     """The core on `device`, its output back as numpy arrays."""
     return compute_advantages(inp.to(device), config).to("cpu")
+
+
+def reasons(out: CoreOutput) -> list[str]:
+    """Each row's problem as the reason name its dead letter carries ("" for a written row)."""
+    return [REASONS[code] for code in out.problem.tolist()]
 
 
 def core_input(rows, *, batches=None, sizes=None):

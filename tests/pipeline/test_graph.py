@@ -1,13 +1,13 @@
-"""Each stage and the whole graph on TestPipeline, checked with assert_that."""
+"""The whole `relabel run` graph (pipeline/graph.py) on TestPipeline; each stage is tested in tests/transforms/."""
 import json
 import os
 
-import apache_beam as beam
 import pyarrow as pa
 import pyarrow.parquet as pq
 from apache_beam.testing.util import assert_that
 
 from pipeline.graph import build
+<<<<<<< HEAD:tests/pipeline/test_stages.py
 from tests.pipeline.matchers import advantages_by_source, dead_reasons, manifest_counts
 from transforms.core.config import CoreConfig
 from transforms.gather_batches import GatherBatches
@@ -15,47 +15,17 @@ from transforms.group_advantages import GroupAdvantages
 from transforms.lib.inputs import expand_inputs
 from transforms.lib.settings import Labeling, RunSettings
 from transforms.read_rollouts import ReadRollouts
+=======
+from transforms.lib.inputs import expand_inputs
+from transforms.lib.settings import Labeling, RunSettings
+from tests.matchers import manifest_counts
+from transforms.core.config import CoreConfig
+>>>>>>> issue13-tests:tests/pipeline/test_graph.py
 
 
 def write(path, **columns):
     pq.write_table(pa.table(columns), path)
     return str(path)
-
-
-def run_settings(tmp_path, core=None, **changes):
-    return RunSettings(inputs=(str(tmp_path),), output=str(tmp_path / "out"), labeling=Labeling(core or CoreConfig()),
-                       device="cpu", **changes)
-
-
-def record(path):
-    return {"path": path, "output": "part-x.parquet", "size": 0, "mtime": 0.0}
-
-
-def test_read_gather_and_group_advantages(test_pipeline, tmp_path):
-    # one step spread over two files: worked example 1 of SEMANTICS.md
-    a = write(tmp_path / "a.parquet", step=[0, 0, 0], group_index=[0, 0, 1], rollout_id=[10, 11, 20],
-              reward=[0.0, 1.0, 2.0])
-    b = write(tmp_path / "b.parquet", step=[0, 0, 0, 0], group_index=[0, 0, 1, 1], rollout_id=[11, 11, 20, 21],
-              reward=[1.0, 1.0, 2.0, 4.0])
-    with test_pipeline as p:
-        read = p | beam.Create([record(a), record(b)]) | ReadRollouts(run_settings(tmp_path))
-        computed = (read.slim | GatherBatches()
-                    | GroupAdvantages(run_settings(tmp_path, CoreConfig(std_normalization=False))))
-        assert_that(computed.results, advantages_by_source({a: [-0.5, 0.5, -1.0], b: [0.5, 0.5, -1.0, 1.0]}))
-        assert_that(computed.dead, dead_reasons({}), label="NoDeadLetters")
-
-
-def test_bad_file_and_bad_rows_are_dead_lettered(test_pipeline, tmp_path):
-    good = write(tmp_path / "good.parquet", group_index=[0, 0, 1, 1], rollout_id=[1, 2, 3, 4],
-                 reward=[1.0, float("nan"), 0.0, 1.0])
-    broken = tmp_path / "broken.parquet"
-    broken.write_bytes(b"PAR1 not really")
-    with test_pipeline as p:
-        read = p | beam.Create([record(good), record(str(broken))]) | ReadRollouts(run_settings(tmp_path))
-        computed = read.slim | GatherBatches() | GroupAdvantages(run_settings(tmp_path))
-        dead = (read.dead, computed.dead) | beam.Flatten()
-        assert_that(dead, dead_reasons({"non-finite-reward": 2, "unreadable-file": 1}))
-        assert_that(computed.results, advantages_by_source({good: [-0.7071063, 0.7071063]}), label="GoodGroup")
 
 
 def test_whole_graph_writes_outputs_and_manifest(test_pipeline, tmp_path):

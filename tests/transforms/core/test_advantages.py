@@ -4,9 +4,8 @@ import math
 import numpy as np
 import pytest
 
-from tests.transforms.core.builders import DEVICES, core_input, relabel_on
+from tests.transforms.core.builders import DEVICES, core_input, reasons, relabel_on
 from transforms.core.config import CoreConfig
-from transforms.core.reasons import CODE
 
 
 @pytest.fixture(params=DEVICES)
@@ -96,7 +95,7 @@ def test_legacy_reshape_centres_whole_batch_when_size_differs(run):
 def test_legacy_reshape_one_row_group_with_std_is_dead(run):
     rows = [dict(reward=1.0, group_index=0)]
     out = run(rows, semantics="legacy-reshape")
-    assert out.problem.tolist() == [CODE["non-finite-advantage"]]
+    assert reasons(out) == ["non-finite-advantage"]
 
 
 def test_legacy_reshape_rows_are_units_no_dedup(run):
@@ -134,7 +133,7 @@ def test_group_index_slices_without_group_index(run):
 ])
 def test_group_index_batch_problems_kill_the_whole_batch(rows, config, reason, run):
     out = run(rows, semantics="group-index", **config)
-    assert out.problem.tolist() == [CODE[reason]] * len(rows)
+    assert reasons(out) == [reason] * len(rows)
     assert out.groups.tolist() == [0]
 
 
@@ -148,7 +147,7 @@ def test_rollout_explicit_sizes_win_and_skip_zero_entries(run):
 def test_rollout_sizes_not_summing_to_batch_is_batch_problem(run):
     rows = [rollout(i, 1) for i in range(3)]
     out = run(rows, sizes=[[2, 2]])
-    assert out.problem.tolist() == [CODE["group-sizes-mismatch"]] * 3
+    assert reasons(out) == ["group-sizes-mismatch"] * 3
 
 
 def test_rollout_slices_then_whole_batch_fallbacks(run):
@@ -197,14 +196,14 @@ def test_policy_last_takes_last_row(run):
 def test_rollout_shared_rejects_differing_siblings(run):
     rows = [rollout(10, 0), rollout(11, 2), rollout(11, 6), rollout(20, 1, group=1), rollout(21, 0, group=1)]
     out = run(rows, semantics="rollout-shared", std_normalization=False)
-    assert out.problem.tolist() == [CODE["sibling-reward-mismatch"]] * 3 + [0, 0]
+    assert reasons(out) == ["sibling-reward-mismatch"] * 3 + ["", ""]
     assert out.advantage.tolist()[3:] == [0.5, -0.5]
 
 
 def test_rollout_shared_accepts_agreeing_siblings(run):
     rows = [rollout(10, 0), rollout(11, 2), rollout(11, 2)]
     out = run(rows, semantics="rollout-shared", std_normalization=False)
-    assert out.problem.tolist() == [0, 0, 0]
+    assert reasons(out) == ["", "", ""]
     assert out.advantage.tolist() == [-1, 1, 1]
 
 
@@ -261,7 +260,7 @@ def test_row_problem_kills_group_only(run):
     rows = [rollout(1, 0.0, problem="non-finite-reward"), rollout(2, 1.0), rollout(3, 1.0, group=1),
             rollout(4, 0.0, group=1)]
     out = run(rows, std_normalization=False)
-    assert out.problem.tolist() == [CODE["non-finite-reward"]] * 2 + [0, 0]
+    assert reasons(out) == ["non-finite-reward"] * 2 + ["", ""]
     assert out.advantage.tolist()[2:] == [0.5, -0.5]
     assert out.groups.tolist() == [1]
 
@@ -294,6 +293,6 @@ def test_wrong_sizes_of_one_batch_do_not_leak_into_the_next(run):
     rows = [dict(batch=0, rollout_id=i, reward=0.0) for i in range(8)] + [
         dict(batch=1, rollout_id=i, reward=r) for i, r in enumerate((1.0, 0.0, 1.0, 0.0))]
     out = run(rows, sizes=[[9], [4]], std_normalization=False)
-    assert out.problem.tolist() == [CODE["group-sizes-mismatch"]] * 8 + [0] * 4
+    assert reasons(out) == ["group-sizes-mismatch"] * 8 + [""] * 4
     assert out.advantage.tolist()[8:] == [0.5, -0.5, 0.5, -0.5]
     assert out.prompt_group.tolist()[8:] == [0, 0, 0, 0]

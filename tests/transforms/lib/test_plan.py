@@ -1,4 +1,4 @@
-"""Which inputs hold whole batches (one pass) and which share a batch with another file (shuffle)."""
+"""The plan: which inputs hold whole batches (one pass), which share a batch (shuffle), and their sizes from footers."""
 import os
 
 import pyarrow as pa
@@ -6,7 +6,12 @@ import pyarrow.parquet as pq
 
 from tests.conftest import FIXTURES
 from transforms.lib.inputs import expand_inputs
+<<<<<<< HEAD:tests/pipeline/test_plan.py
 from transforms.lib.plan import group_by_batch_sharing
+=======
+from transforms.lib.plan import group_by_batch_sharing, read_footers
+from tests.conftest import FIXTURES
+>>>>>>> issue13-tests:tests/transforms/lib/test_plan.py
 
 
 def test_overlapping_step_ranges_share_batches(tmp_path):
@@ -33,3 +38,18 @@ def test_dumps_are_whole_batches():
     files = expand_inputs([os.path.join(FIXTURES, "slime_rollout_data")], "/nonexistent")
     groups, shuffled = group_by_batch_sharing(files)
     assert [len(g) for g in groups] == [1, 1] and shuffled == []
+
+
+def test_footers_estimate_the_arrow_sizes_not_the_encoded_ones(tmp_path):
+    # 0/1 masks, dictionary- and run-length-encoded: a few kB in the pages, 400 kB in memory
+    masks = pa.table({"loss_mask": pa.array([[1, 0] * 500] * 100, pa.list_(pa.int32())), "step": [0] * 100})
+    pq.write_table(masks, tmp_path / "a.parquet", compression="zstd")
+    pq.write_table(pa.table({"reward": [0.5] * 10, "step": [1] * 10}), tmp_path / "b.parquet")
+    (tmp_path / "c.pt").write_bytes(b"x" * 1234)
+    footers = read_footers(expand_inputs([str(tmp_path)], str(tmp_path / "out")))
+    a, b, c = (footers[str(tmp_path / name)] for name in ("a.parquet", "b.parquet", "c.pt"))
+    assert pq.read_metadata(tmp_path / "a.parquet").row_group(0).total_byte_size < masks.nbytes / 20
+    assert 0.95 * masks.nbytes <= a.decoded_bytes <= 1.05 * masks.nbytes
+    assert b.decoded_bytes == 10 * 8 + 10 * 8  # reward and step: 8 bytes a value
+    assert (a.steps, b.steps) == ((0, 0), (1, 1))
+    assert c.decoded_bytes == 1234 and c.steps is None  # a dump: its file size, its own batch
