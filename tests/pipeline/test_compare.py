@@ -13,11 +13,6 @@ from pipeline.generate import RunSpec, generate_rows, write_parquet_run
 from tests.conftest import run_cli
 from tests.expected import expected_outputs
 from transforms.core.config import CoreConfig
-<<<<<<< HEAD
-from transforms.lib.compare_batches import AGREE_ABS, AGREE_REL, ZERO_TOL
-from transforms.lib.compare_report import PLOTS
-=======
->>>>>>> issue13-tests
 
 # One file, five steps; A = legacy-reshape, B = rollout-mainstream, both grpo without std.
 # Without --n-samples-per-prompt, legacy-reshape makes each whole step one group.

@@ -7,20 +7,10 @@ import pyarrow.parquet as pq
 from apache_beam.testing.util import assert_that
 
 from pipeline.graph import build
-<<<<<<< HEAD:tests/pipeline/test_stages.py
-from tests.pipeline.matchers import advantages_by_source, dead_reasons, manifest_counts
-from transforms.core.config import CoreConfig
-from transforms.gather_batches import GatherBatches
-from transforms.group_advantages import GroupAdvantages
-from transforms.lib.inputs import expand_inputs
-from transforms.lib.settings import Labeling, RunSettings
-from transforms.read_rollouts import ReadRollouts
-=======
-from transforms.lib.inputs import expand_inputs
-from transforms.lib.settings import Labeling, RunSettings
 from tests.matchers import manifest_counts
 from transforms.core.config import CoreConfig
->>>>>>> issue13-tests:tests/pipeline/test_graph.py
+from transforms.lib.inputs import expand_inputs
+from transforms.lib.settings import Labeling, RunSettings
 
 
 def write(path, **columns):

@@ -2,21 +2,8 @@
 import pytest
 
 from pipeline.generate import RunSpec, write_parquet_run
-<<<<<<< HEAD
-from pipeline.local_threads import (
-    GROUP_MEMORY_FACTOR,
-    MAX_LOCAL_THREADS,
-    MEMORY_SHARE,
-    available_memory,
-    cores,
-    local_thread_count,
-)
-=======
 from pipeline.local_threads import available_memory, local_thread_count
->>>>>>> issue13-tests
 from tests.conftest import run_cli
-from transforms.lib.inputs import expand_inputs
-from transforms.lib.plan import group_by_batch_sharing, read_footers
 
 GB = 10 ** 9
 

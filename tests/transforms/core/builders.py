@@ -3,12 +3,7 @@ import numpy as np
 
 from transforms.core.advantages import compute_advantages
 from transforms.core.arrays import TORCH_CPU
-<<<<<<< HEAD
-from transforms.core.reasons import CODE
-=======
 from transforms.core.reasons import CODE, REASONS
-from transforms.core.advantages import compute_advantages
->>>>>>> issue13-tests
 from transforms.core.types import CoreInput, CoreOutput
 
 # numpy (the CPU backend) and torch on the CPU: the torch code path a GPU runs, checked without one

@@ -14,7 +14,8 @@ def test_relabel_batch_orders_rows_by_source_then_position_across_files():
     b = pa.table({"reward": [0.0, 5.0], "group_index": [0, 1], "rollout_id": [3, 4], "step": [0, 0]})
     [(_, slim_b)] = extract_slim(b, "b.parquet", None)
     [(_, slim_a)] = extract_slim(a, "a.parquet", None)
-    result = label_batch("step=0", [("b.parquet", slim_b), ("a.parquet", slim_a)], None, Labeling(CoreConfig(std_normalization=False)))
+    result = label_batch("step=0", [("b.parquet", slim_b), ("a.parquet", slim_a)], None,
+                         Labeling(CoreConfig(std_normalization=False)))
     assert result.results["a.parquet"].column("advantage").to_pylist() == pytest.approx([2 / 3, -1 / 3])
     assert result.results["b.parquet"].column("advantage").to_pylist() == pytest.approx([-1 / 3, 0.0])
     assert result.results["b.parquet"].column("prompt_group").to_pylist() == [0, 1]

@@ -6,12 +6,7 @@ import pyarrow.parquet as pq
 
 from tests.conftest import FIXTURES
 from transforms.lib.inputs import expand_inputs
-<<<<<<< HEAD:tests/pipeline/test_plan.py
-from transforms.lib.plan import group_by_batch_sharing
-=======
 from transforms.lib.plan import group_by_batch_sharing, read_footers
-from tests.conftest import FIXTURES
->>>>>>> issue13-tests:tests/transforms/lib/test_plan.py
 
 
 def test_overlapping_step_ranges_share_batches(tmp_path):
