@@ -19,7 +19,13 @@ from transforms.lib import filesystem, lease, output_files, watch_records
 from transforms.lib import manifest as manifest_lib
 from transforms.lib.errors import UsageError
 from transforms.lib.inputs import expand_inputs
-from transforms.lib.output_dir import make_writable, read_manifest, refuse_other_options, remove_run_outputs
+from transforms.lib.output_dir import (
+    make_writable,
+    read_manifest,
+    refuse_other_options,
+    remove_run_outputs,
+    temporary_files,
+)
 from transforms.lib.settings import RunSettings, WatchSettings
 from transforms.relabel_landed_files import RelabelLandedFiles
 from transforms.watch_files import WatchFiles
@@ -66,6 +72,7 @@ def _prepare_output(output: str, settings) -> None:
                                                       watch_records.FILTERED_DIR)]
         filesystem.delete_existing(stale)
     stale = [watch_records.stop_path(output)] + [filesystem.join(output, n) for n in watch_records.RUN_RECORDS]
+    stale += temporary_files(output)
     filesystem.delete_existing(stale)
 
 

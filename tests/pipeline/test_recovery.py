@@ -31,7 +31,9 @@ def snapshot(directory):
 
 
 def final_files(directory):
-    return {n: (directory / n).read_bytes() for n in os.listdir(directory) if not n.startswith(".")}
+    """The files under their final names; a killed run's lease stays behind until the next run takes it over."""
+    return {n: (directory / n).read_bytes() for n in os.listdir(directory) if not n.startswith(".")
+            and n != "_lease.json"}
 
 
 def relabel(inputs, output, env=None):

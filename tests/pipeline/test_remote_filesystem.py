@@ -9,7 +9,7 @@ from pipeline.generate import RunSpec, write_parquet_run, write_pt_run
 from tests import memfs
 from tests.conftest import run_cli
 
-SOURCE_KEYS = ("source", "input_mtime")
+SOURCE_KEYS = ("source", "input_mtime", "batch_inputs")
 
 
 def _without_source(table):
@@ -42,7 +42,7 @@ def test_run_reads_and_writes_only_through_filesystems(mem_inputs, tmp_path):
             continue
         remote = pq.read_table(io.BytesIO(memfs.get("mem://bucket/out/" + name)))
         local = pq.read_table(tmp_path / "local" / name)
-        # equal rows; the lineage differs only where it names the source (path, mtime)
+        # equal rows; the lineage differs only where it names the source (path, mtime, the batch's inputs)
         if "source" in remote.column_names:  # dead letters name their input file
             assert [s.replace("mem://bucket/in/", "") for s in remote["source"].to_pylist()] == [
                 s.replace(str(mem_inputs) + "/", "") for s in local["source"].to_pylist()]

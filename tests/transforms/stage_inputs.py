@@ -29,18 +29,22 @@ def run_settings(tmp_path, core=None, **changes):
 
 
 def input_folder(tmp_path, **files):
-    """tmp_path/in holding name.parquet for each name=columns; {name: input record} as `relabel run` lists them."""
+    """tmp_path/in holding name.parquet for each name=columns; {name: input record} as `relabel run` lists them
+    (with the identity of the batch's input set the shuffle path gives each record)."""
     folder = tmp_path / "in"
     folder.mkdir(exist_ok=True)
     (tmp_path / "out").mkdir(exist_ok=True)
     for name, columns in files.items():
         write(folder / f"{name}.parquet", **columns)
     found = expand_inputs([str(folder)], str(tmp_path / "out"))
-    return {os.path.basename(f.path).rsplit(".", 1)[0]: f.record() for f in found}
+    return {os.path.basename(f.path).rsplit(".", 1)[0]: dict(f.record(), batch_inputs="siblings") for f in found}
 
 
 def record(path, output="part-x.parquet"):
-    return {"path": str(path), "output": output, "size": 0, "mtime": 0.0}
+    """An input as the plan lists it: its size and mtime as they are now (stages check them when reading)."""
+    stat = os.stat(path) if os.path.exists(path) else None
+    return {"path": str(path), "output": output, "size": stat.st_size if stat else 0,
+            "mtime": os.path.getmtime(path) if stat else 0.0, "batch_inputs": "siblings"}
 
 
 # ---------------------------------------------------------------- module-level Map functions

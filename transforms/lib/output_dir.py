@@ -26,8 +26,15 @@ def remove_run_outputs(output: str, part_names) -> None:
     stay: a resumed run skips the complete ones."""
     names = [MANIFEST_NAME, DEAD_LETTERS_NAME, FILTERED_NAME, STOP_NAME, *WATCH_RECORDS] + [n for n in part_names if n]
     paths = [filesystem.join(output, n) for n in names]
-    paths += [m.path for m in filesystem.match(filesystem.join(output, output_files.TEMP_PREFIX + "*"))]
-    filesystem.delete_existing(paths)
+    filesystem.delete_existing(paths + temporary_files(output))
+
+
+def temporary_files(output: str) -> list[str]:
+    """Temporary files left in output (and a watch's record folders) by writers that were killed: any there
+    while this run holds the output's lease are stale."""
+    folders = [output] + [filesystem.join(output, d) for d in WATCH_RECORDS]
+    return [m.path for folder in folders
+            for m in filesystem.match(filesystem.join(folder, output_files.TEMP_PREFIX + "*"))]
 
 
 def part_bytes(output: str) -> dict[str, int]:
