@@ -28,6 +28,10 @@ REASONS = (
     "late-batch-file",   # relabel watch: a file for a step already relabelled from other files
     "incomplete-group",  # row streams: a prompt group that did not complete before its timeout
     "null-mask-value",   # a null inside loss_mask: whether that token trains cannot be decided
+    # version 2 of the contract (SEMANTICS.md, "Estimators from the wider field")
+    "passk-singleton-group",  # grpo_passk: a prompt group of one unit has no second value (unit: the group)
+    "missing-baseline",       # remax: a unit's baseline is null, non-numeric or non-finite (unit: its group)
+    "gdpo-too-few-tokens",    # gdpo: the batch's written rows have < 2 trainable tokens (unit: the batch)
 )
 CODE = {name: i for i, name in enumerate(REASONS)}
 
