@@ -135,5 +135,5 @@ def test_core_input_reads_the_optional_slim_columns():
     _, slim = slim_of(STRUCT.append_column("base", pa.array([0.5, None, 1.0])),
                       RewardFields(keys=("a", "b"), baseline_column="base"))
     inp = core_input_from_slim(slim, np.zeros(3, dtype=np.int64), [None], np.zeros(3, dtype=np.int64))
-    assert inp.reward_parts.tolist() == [[1.0, 0.0], [0.0, 0.0], [1.0, 1.0]]
+    assert inp.reward_parts.tolist() == [[1.0, 0.0, 1.0], [0.0, 0.0, 1.0]]  # [K, N]
     assert inp.baseline[0] == 0.5 and math.isnan(inp.baseline[1])

@@ -341,82 +341,87 @@ def _gpg_alpha(xp, unit_reward, unit_group, group_batch, live_group, n_batches):
 
 @dataclass
 class _Parts:
-    """GDPO's per-key unit values, flattened unit-major: entry u*K + j is unit u's value of key j.
+    """GDPO's per-key unit values, flattened key-major: entry j*n_units + u is unit u's value of key j.
 
-    Each (group, key) pair is a segment of its own (id group*K + j), so the per-key grpo advantages
-    of every group and key come from one call of _unit_advantages, with no loop over keys.
+    Each (key, group) pair is a segment of its own (id j*n_groups + group), so the per-key grpo
+    advantages of every key and group come from one call of _unit_advantages, with no loop over keys.
     """
     width: int            # K
-    values: object        # float64 [n_units*K]
-    flat_unit: object     # int64 [n_units*K] u
-    key: object           # int64 [n_units*K] j
-    flat_group: object    # int64 [n_units*K] group*K + j
-    k: object             # int64 [n_groups*K] units in the pair's group
-    uniform: object       # bool [n_groups*K] two or more units, all values of this key equal
+    values: object        # float64 [K*n_units]
+    flat_group: object    # int64 [K*n_units] j*n_groups + group
+    k: object             # int64 [K*n_groups] units in the pair's group
+    uniform: object       # bool [K*n_groups] two or more units, all values of this key equal
     uniform_group: object  # bool [n_groups] every key uniform: S is 0 for every unit
 
 
 def _unit_parts(xp, inp, chosen, unit_group, n_groups, units_in_group) -> _Parts:
     if inp.reward_parts is None:
         raise ValueError("gdpo needs the per-key reward values (CoreInput.reward_parts)")
-    width = int(inp.reward_parts.shape[1])
-    values = xp.take_rows(inp.reward_parts, chosen).reshape(-1)
-    flat = xp.arange(values.shape[0])
-    flat_unit = flat // width
-    key = flat - flat_unit * width
-    flat_group = xp.take(unit_group, flat_unit) * width + key
+    width = int(inp.reward_parts.shape[0])
+    values = xp.take_columns(inp.reward_parts, chosen).reshape(-1)
+    offsets = (xp.arange(width) * n_groups).reshape(-1, 1)
+    flat_group = (unit_group.reshape(1, -1) + offsets).reshape(-1)  # broadcast over keys: rows stay contiguous
     n_flat = n_groups * width
-    k = xp.take(units_in_group, xp.arange(n_flat) // width)
-    uniform = (k >= 2) & (xp.segment(flat_group, n_flat, values, "amin") == xp.segment(flat_group, n_flat, values, "amax"))
-    uniform_group = xp.count(xp.arange(n_flat) // width, n_groups, weights=uniform) == width
-    return _Parts(width, values, flat_unit, key, flat_group, k, uniform, uniform_group)
+    k = (units_in_group.reshape(1, -1) + offsets * 0).reshape(-1)
+    uniform = (k >= 2) & (xp.segment(flat_group, n_flat, values, "amin")
+                          == xp.segment(flat_group, n_flat, values, "amax"))
+    uniform_group = xp.count(xp.arange(n_flat) % n_groups, n_groups, weights=uniform) == width
+    return _Parts(width, values, flat_group, k, uniform, uniform_group)
 
 
 def _parts_mismatch(xp, reward_parts, unit, n_units):
     """Per unit: do its rows disagree on any key's value (rollout-shared under gdpo)."""
-    width = int(reward_parts.shape[1])
+    width = int(reward_parts.shape[0])
+    ids = (unit.reshape(1, -1) + (xp.arange(width) * n_units).reshape(-1, 1)).reshape(-1)
     values = reward_parts.reshape(-1)
-    flat = xp.arange(values.shape[0])
-    ids = xp.take(unit, flat // width) * width + (flat % width)
     n = n_units * width
     differs = xp.segment(ids, n, values, "amin") != xp.segment(ids, n, values, "amax")
-    return xp.count(xp.arange(n) // width, n_units, weights=differs) > 0
+    return xp.count(xp.arange(n) % n_units, n_units, weights=differs) > 0
 
 
 def _gdpo_advantages(xp, inp, config, parts: _Parts, unit, n_units, unit_group, group, n_groups, group_batch,
                      uniform_group, group_problem, drop_uniform_groups):
     """GDPO: per-key grpo advantages, their weighted sum S per unit, then per batch token-weighted whitening
     over the rows that are written. Returns (row advantages float32, group problems)."""
-    n_flat_groups = n_groups * parts.width
-    per_key = _unit_advantages(xp, parts.values, parts.flat_group, n_flat_groups, parts.k, parts.uniform, config,
-                               "grpo", config.std_normalization)
-    weights = xp.asarray(config.weights, "float64")
-    score = xp.segment(parts.flat_unit, n_units, per_key * xp.take(weights, parts.key), "sum")  # S, key order
-    bad_score = _any_per_segment(xp, unit_group, n_groups, ~xp.isfinite(score))
-    group_problem = xp.where((group_problem == 0) & bad_score, CODE["non-finite-advantage"], group_problem)
+    per_key = _unit_advantages(xp, parts.values, parts.flat_group, n_groups * parts.width, parts.k, parts.uniform,
+                               config, "grpo", config.std_normalization).reshape(parts.width, -1)
+    weights = config.weights
+    score = per_key[0] * weights[0]
+    for j in range(1, parts.width):  # S = sum of w_j * A_j in key order (a loop over keys, not rows)
+        score = score + per_key[j] * weights[j]
+    finite = xp.isfinite(score)
+    if not bool(finite.all()):
+        bad_score = _any_per_segment(xp, unit_group, n_groups, ~finite)
+        group_problem = xp.where((group_problem == 0) & bad_score, CODE["non-finite-advantage"], group_problem)
 
     # the batch-level step, over written rows: live groups, less the filtered uniform ones
-    n_batches = inp.num_batches
+    n_rows, n_batches, batch = unit.shape[0], inp.num_batches, inp.batch
+    row_score = xp.take(score, unit)
+    tokens = xp.astype(inp.trainable, "float64")
     written_group = group_problem == 0
     if drop_uniform_groups:
         written_group = written_group & ~uniform_group
-    written = xp.take(written_group, group)
-    row_score = xp.where(written, xp.take(score, unit), xp.zeros(written.shape[0], "float64"))
-    tokens = xp.where(written, xp.astype(inp.trainable, "float64"), xp.zeros(written.shape[0], "float64"))
-    total = xp.segment(inp.batch, n_batches, tokens, "sum")  # M
-    too_few = (xp.count(inp.batch, n_batches, weights=written) > 0) & (total < 2)
-    group_problem = xp.where((group_problem == 0) & xp.take(too_few, group_batch), CODE["gdpo-too-few-tokens"],
-                             group_problem)
-    mean = xp.segment(inp.batch, n_batches, tokens * row_score, "sum") / (total + WHITEN_EPS)
-    live_score = xp.where(xp.take(group_problem == 0, group), xp.take(score, unit),
-                          xp.zeros(written.shape[0], "float64"))
-    centred = live_score - xp.take(mean, inp.batch)
-    written_centred = xp.where(written, centred, xp.zeros(written.shape[0], "float64"))
-    variance = (xp.segment(inp.batch, n_batches, tokens * written_centred * written_centred, "sum")
-                / (total + WHITEN_EPS)) * (total / (total - 1))
-    advantage = xp.astype(centred / xp.sqrt(xp.take(variance, inp.batch) + WHITEN_EPS), "float32")
-    non_finite = _any_per_segment(xp, group, n_groups, ~xp.isfinite(advantage))
-    group_problem = xp.where((group_problem == 0) & non_finite, CODE["non-finite-advantage"], group_problem)
+    every_row_written = bool(written_group.all())  # the usual case: no masking pass
+    if not every_row_written:
+        zeros = xp.zeros(n_rows, "float64")
+        written = xp.take(written_group, group)
+        row_score = xp.where(xp.take(group_problem == 0, group), row_score, zeros)  # dead groups' S may be NaN
+        tokens = xp.where(written, tokens, zeros)
+    total = xp.segment(batch, n_batches, tokens, "sum")  # M
+    rows_written = xp.count(batch, n_batches) if every_row_written else xp.count(batch, n_batches, weights=written)
+    too_few = (rows_written > 0) & (total < 2)
+    if bool(too_few.any()):
+        group_problem = xp.where((group_problem == 0) & xp.take(too_few, group_batch),
+                                 CODE["gdpo-too-few-tokens"], group_problem)
+    mean = xp.segment(batch, n_batches, tokens * row_score, "sum") / (total + WHITEN_EPS)
+    centred = row_score - xp.take(mean, batch)
+    squares = tokens * centred * centred  # 0 where a row is not written (tokens 0)
+    variance = (xp.segment(batch, n_batches, squares, "sum") / (total + WHITEN_EPS)) * (total / (total - 1))
+    advantage = xp.astype(centred / xp.take(xp.sqrt(variance + WHITEN_EPS), batch), "float32")
+    finite = xp.isfinite(advantage)
+    if not bool(finite.all()):
+        non_finite = _any_per_segment(xp, group, n_groups, ~finite)
+        group_problem = xp.where((group_problem == 0) & non_finite, CODE["non-finite-advantage"], group_problem)
     return advantage, group_problem
 
 

@@ -29,7 +29,8 @@ class CoreInput:
     # per batch: explicit prompt_group_sizes (1-D int64) or None
     prompt_group_sizes: list[Array | None]
     # version 2 of the contract, present only when the labeling needs them
-    reward_parts: Array | None = None  # float64 [N, K] each --reward-keys field (gdpo); any value where row_problem != 0
+    reward_parts: Array | None = None  # float64 [K, N]: row i's value of --reward-keys field j at [j, i] (gdpo);
+    #                                    any value where row_problem != 0
     baseline: Array | None = None      # float64 [N] the --baseline-column value (remax); NaN when unusable
 
     @property

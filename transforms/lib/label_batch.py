@@ -105,7 +105,7 @@ def core_input_from_slim(slim: pa.Table, batch_ids: np.ndarray, prompt_group_siz
         lists = slim.column("reward_parts").combine_chunks()
         width = len(lists[0]) if len(lists) else 0
         values = lists.flatten().to_numpy(zero_copy_only=False)
-        reward_parts = np.ascontiguousarray(values, dtype=np.float64).reshape(len(lists), width)
+        reward_parts = np.ascontiguousarray(np.asarray(values, dtype=np.float64).reshape(len(lists), width).T)
     if "baseline" in slim.column_names:
         baseline = np.ascontiguousarray(fill(slim.column("baseline"), np.nan), dtype=np.float64)
     return CoreInput(

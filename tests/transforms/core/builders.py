@@ -38,7 +38,7 @@ def core_input(rows, *, batches=None, sizes=None):
         num_batches=num_batches,
         prompt_group_sizes=[None if s is None else np.array(s, dtype=np.int64)
                             for s in (sizes or [None] * num_batches)],
-        reward_parts=(np.array([r.get("parts") for r in rows], dtype=np.float64)
+        reward_parts=(np.ascontiguousarray(np.array([r.get("parts") for r in rows], dtype=np.float64).T)
                       if rows and rows[0].get("parts") is not None else None),
         baseline=np.array([np.nan if r.get("baseline") is None else r["baseline"] for r in rows], dtype=np.float64),
     )

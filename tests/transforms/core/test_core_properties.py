@@ -55,8 +55,9 @@ def to_core_input(batches: list[Batch]) -> CoreInput:
             row_problem.append(REASONS.index(row.problem))
     i64 = np.int64
     width = max((len(p) for p in parts if p is not None), default=0)
-    reward_parts = (np.array([p if p is not None else [0.0] * width for p in parts], dtype=np.float64)
-                    .reshape(len(parts), width) if width else None)
+    reward_parts = (np.ascontiguousarray(np.array([p if p is not None else [0.0] * width for p in parts],
+                                                  dtype=np.float64).reshape(len(parts), width).T)
+                    if width else None)
     return CoreInput(
         batch=np.array(batch_ids, dtype=i64),
         reward=np.array(reward, dtype=np.float64),
