@@ -150,9 +150,22 @@ def device_main(args) -> None:
         torch.cuda.synchronize()
         times.append(time.perf_counter() - t)
     best = min(times)
+    wider = with_wider_inputs(inp).to(args.device)
+    by_estimator = {}
+    for name in [e for e in args.estimators.split(",") if e]:
+        estimator_config = CoreConfig(estimator=name, reward_keys=("reward", "second") if name == "gdpo" else None)
+        compute_advantages(wider, estimator_config)
+        torch.cuda.synchronize()
+        best_e = float("inf")
+        for _ in range(args.repeat):
+            t = time.perf_counter()
+            compute_advantages(wider, estimator_config)
+            torch.cuda.synchronize()
+            best_e = min(best_e, time.perf_counter() - t)
+        by_estimator[name] = {"best_s": best_e, "rows_per_s": inp.num_rows / best_e}
     print(json.dumps({"rows": inp.num_rows, "batches": inp.num_batches, "device": args.device,
                       "gpu": torch.cuda.get_device_name(), "times_s": times, "best_s": best,
-                      "rows_per_s": inp.num_rows / best, "torch": torch.__version__}))
+                      "rows_per_s": inp.num_rows / best, "by_estimator": by_estimator, "torch": torch.__version__}))
 
 
 if __name__ == "__main__":
