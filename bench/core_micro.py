@@ -8,9 +8,12 @@ call over all batches and in one call per batch (as the pipeline's DoFns
 call it: ~10k rows at a time stay in cache, and small arrays reuse freed
 memory instead of faulting fresh pages in), then the one-call form on
 torch's CPU backend (the GPU path) with torch's default intra-op thread
-count and with one thread. Prints one JSON line.
+count and with one thread. Then each estimator (grpo and those of version 2
+of the contract) on numpy in one call, as `by_estimator` with its ratio to
+grpo: gdpo reads two per-key values (the reward, and a seeded 0/1 second
+key), remax a seeded 0/1 baseline per row. Prints one JSON line.
 
-    python -m bench.core_micro DATASET_DIR [--repeat 5] [--device cuda]
+    python -m bench.core_micro DATASET_DIR [--repeat 5] [--device cuda] [--estimators grpo,gdpo]
 
 On a GPU (torch) the input is moved to the device once (as the pipeline's DoFn does per batch, outside
 this timing) and each timed call ends with torch.cuda.synchronize(); threads do not apply.
@@ -20,7 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import time
-from dataclasses import fields
+from dataclasses import fields, replace
 
 import numpy as np
 import pyarrow as pa
@@ -56,6 +59,8 @@ def main() -> None:
     parser.add_argument("directory")
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--device", default="cpu")
+    parser.add_argument("--estimators", default=",".join(ESTIMATORS),
+                        help="estimators timed one by one on numpy (comma-separated; empty: none)")
     args = parser.parse_args()
     if args.device != "cpu":
         return device_main(args)
@@ -72,17 +77,46 @@ def main() -> None:
         torch.set_num_threads(threads)
         runs[f"torch cpu, {threads} thread(s)"] = _best_of([on_torch], config, args.repeat)
     best = runs["numpy"]
+    by_estimator = estimator_runs(inp, [e for e in args.estimators.split(",") if e], args.repeat)
     print(json.dumps({
         "rows": inp.num_rows, "batches": inp.num_batches, "build_s": build_s, "times_s": best["times_s"],
         "best_s": best["best_s"], "rows_per_s": best["rows_per_s"], "by_backend": runs,
+        "by_estimator": by_estimator,
         "numpy": np.__version__, "torch": torch.__version__, "live_rows": best["live_rows"],
     }))
+
+
+# grpo first: the others' ratio is to it
+ESTIMATORS = ("grpo", "grpo_passk", "opo", "gpg", "remax", "gdpo")
+
+
+def with_wider_inputs(inp: CoreInput) -> CoreInput:
+    """The input plus what gdpo and remax read: per-key values (reward, seeded 0/1) and a seeded baseline."""
+    rng = np.random.default_rng(16)
+    second = rng.integers(0, 2, inp.num_rows).astype(np.float64)
+    return replace(inp, reward_parts=np.stack([inp.reward, second]),
+                   baseline=rng.integers(0, 2, inp.num_rows).astype(np.float64))
+
+
+def estimator_runs(inp: CoreInput, estimators, repeat) -> dict:
+    """Each estimator on numpy, one call over all batches; rows/s and the ratio to grpo's."""
+    wider = with_wider_inputs(inp)
+    runs = {}
+    for name in estimators:
+        config = CoreConfig(estimator=name, reward_keys=("reward", "second") if name == "gdpo" else None)
+        runs[name] = _best_of([wider], config, repeat)
+        del runs[name]["times_s"]
+    if "grpo" in runs:
+        for run in runs.values():
+            run["ratio_to_grpo"] = run["rows_per_s"] / runs["grpo"]["rows_per_s"]
+    return runs
 
 
 def split_batches(inp: CoreInput) -> list[CoreInput]:
     """One CoreInput per batch, as RelabelFileGroupFn hands the core one batch at a time."""
     bounds = np.searchsorted(inp.batch, np.arange(inp.num_batches + 1))
-    per_row = [f.name for f in fields(CoreInput) if f.name not in ("batch", "num_batches", "prompt_group_sizes")]
+    per_row = [f.name for f in fields(CoreInput) if f.name not in ("batch", "num_batches", "prompt_group_sizes")
+               and getattr(inp, f.name) is not None]
     return [CoreInput(batch=np.zeros(end - start, dtype=np.int64), num_batches=1, prompt_group_sizes=[sizes],
                       **{name: getattr(inp, name)[start:end].copy() for name in per_row})
             for start, end, sizes in zip(bounds[:-1], bounds[1:], inp.prompt_group_sizes)]
@@ -116,9 +150,22 @@ def device_main(args) -> None:
         torch.cuda.synchronize()
         times.append(time.perf_counter() - t)
     best = min(times)
+    wider = with_wider_inputs(inp).to(args.device)
+    by_estimator = {}
+    for name in [e for e in args.estimators.split(",") if e]:
+        estimator_config = CoreConfig(estimator=name, reward_keys=("reward", "second") if name == "gdpo" else None)
+        compute_advantages(wider, estimator_config)
+        torch.cuda.synchronize()
+        best_e = float("inf")
+        for _ in range(args.repeat):
+            t = time.perf_counter()
+            compute_advantages(wider, estimator_config)
+            torch.cuda.synchronize()
+            best_e = min(best_e, time.perf_counter() - t)
+        by_estimator[name] = {"best_s": best_e, "rows_per_s": inp.num_rows / best_e}
     print(json.dumps({"rows": inp.num_rows, "batches": inp.num_batches, "device": args.device,
                       "gpu": torch.cuda.get_device_name(), "times_s": times, "best_s": best,
-                      "rows_per_s": inp.num_rows / best, "torch": torch.__version__}))
+                      "rows_per_s": inp.num_rows / best, "by_estimator": by_estimator, "torch": torch.__version__}))
 
 
 if __name__ == "__main__":

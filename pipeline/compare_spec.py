@@ -14,7 +14,8 @@ from transforms.lib.errors import UsageError
 from transforms.lib.settings import Labeling, Side
 
 ALIASES = {"std": "std_normalization"}
-NOT_PER_SIDE = Side.NOT_PER_SIDE + ("semantics",)  # the semantics is the spec's first word
+# the semantics is the spec's first word; the reward's fields are the run's
+NOT_PER_SIDE = Side.NOT_PER_SIDE + Side.RUN_WIDE + ("semantics",)
 SWITCH = {"on": True, "true": True, "yes": True, "1": True, "off": False, "false": False, "no": False, "0": False}
 
 
@@ -33,6 +34,8 @@ def parse_side(flag: str, spec: str, base: dict) -> Side:
     values = dict(base, semantics=semantics)
     if semantics in ROW_UNIT_SEMANTICS:
         values["mainstream"] = None  # the run-wide --mainstream is for rollout semantics; a spec may still say it
+    if semantics == "legacy-reshape":
+        values["singleton_groups"] = "zero"  # legacy-reshape stays as it was, whatever the run-wide flag says
     keys = spec_keys()
     for pair in pairs:
         key, sep, text = pair.partition("=")

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import argparse
 
-from transforms.core.config import MAINSTREAM_POLICIES, SEMANTICS
+from transforms.core.config import MAINSTREAM_POLICIES, SEMANTICS, SINGLETON_RULES
 from transforms.lib.errors import UsageError
 from transforms.lib.settings import DEFAULT_MAX_FILE_BYTES
 
@@ -66,18 +66,39 @@ def add_labeling(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--semantics", choices=SEMANTICS, default="rollout-mainstream",
                        help="normalization semantics (docs/semantics.md)")
     group.add_argument("--estimator", default="grpo",
-                       help="grpo, gspo, cispo, dr_grpo, reinforce_plus_plus_baseline, rloo; others pass through")
+                       help="grpo, gspo, cispo, dr_grpo, reinforce_plus_plus_baseline, rloo, grpo_passk, opo, gpg, "
+                            "remax (with --baseline-column), gdpo (with --reward-keys); others pass through")
     group.add_argument("--std-normalization", dest="std_normalization", action=argparse.BooleanOptionalAction,
                        default=True, help="divide by the group std (grpo/gspo/cispo; default on)")
     group.add_argument("--no-rewards-normalization", dest="rewards_normalization", action="store_false",
                        default=True, help="advantage = reward value, unchanged")
     group.add_argument("--reward-key", metavar="KEY", help="the reward is a struct/map: use its field KEY")
+    group.add_argument("--reward-keys", dest="reward_keys", type=name_list, action="extend", metavar="K1,K2,...",
+                       help="the reward is a struct/map: its value is the weighted sum of these fields "
+                            "(gdpo: normalized per field)")
+    group.add_argument("--reward-weights", dest="reward_weights", type=float_list, action="extend",
+                       metavar="W1,W2,...", help="one weight per --reward-keys field (default all 1)")
+    group.add_argument("--baseline-column", metavar="COL",
+                       help="remax: each unit's baseline, a column or a dotted path into a struct/map column "
+                            "(e.g. metadata.remax_baseline_reward)")
+    group.add_argument("--singleton-groups", choices=SINGLETON_RULES, default="zero",
+                       help="a one-unit group's advantage: zero (default), or raw (mean 0, std 1, as verl); "
+                            "not with legacy-reshape")
     group.add_argument("--mainstream", choices=MAINSTREAM_POLICIES,
                        help="which row of a rollout supplies its reward (rollout semantics only)")
     group.add_argument("--drop-uniform-groups", action="store_true",
                        help="groups whose rewards are all equal go to filtered.parquet")
     group.add_argument("--n-samples-per-prompt", type=int, metavar="N", help="positional groups of N rows")
     group.add_argument("--rollout-batch-size", type=int, metavar="B", help="with N: a batch of N*B rows is sliced")
+
+
+def name_list(text: str) -> list[str]:
+    """`a,b` -> ["a", "b"] (repeating the flag, or a run config's list, adds to it)."""
+    return [part.strip() for part in text.split(",")]
+
+
+def float_list(text: str) -> list[float]:
+    return [float(part) for part in text.split(",")]
 
 
 def _add_io(parser: argparse.ArgumentParser, output_help: str) -> None:

@@ -58,6 +58,19 @@ SLIM = pa.schema([
     pa.field("problem", pa.int64(), nullable=False),
     pa.field("detail", pa.string()),
 ])
+# Slim columns present only when the labeling needs them (version 2 of the contract): each
+# --reward-keys field's value (gdpo), and the --baseline-column value (remax; null when unusable).
+SLIM_REWARD_PARTS = pa.field("reward_parts", pa.list_(pa.float64()))
+SLIM_BASELINE = pa.field("baseline", pa.float64())
+
+
+def slim_schema(reward_parts: bool = False, baseline: bool = False) -> pa.Schema:
+    schema = SLIM
+    if reward_parts:
+        schema = schema.append(SLIM_REWARD_PARTS)
+    if baseline:
+        schema = schema.append(SLIM_BASELINE)
+    return schema
 
 # Per-row result of the advantage computation, joined back to its source file.
 RESULT = pa.schema([

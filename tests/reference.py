@@ -2,9 +2,7 @@
 
 Written straight from /work/shared/SEMANTICS.md plus the project's decisions
 where that file is silent (listed in the docstring of ``reference_relabel``).
-No torch, no numpy, no project code except the config dataclass (read for
-its option values only: which estimators divide by std, and the other rules,
-are written out below from SEMANTICS.md, not taken from the project) and the
+No torch, no numpy, no project code except the config dataclass and the
 reason-code strings. Loops everywhere: clarity over speed.
 """
 from __future__ import annotations
@@ -16,6 +14,7 @@ from dataclasses import dataclass
 from transforms.core.config import CoreConfig
 from transforms.core.reasons import REASONS
 
+# The contract's rules, written out here rather than imported from the core (the oracle names its own rules).
 # SEMANTICS.md, "Estimators": centre, then divide by (std + 1e-6) when std normalization is on
 STD_ESTIMATORS = ("grpo", "gspo", "cispo")
 CENTRE_ONLY_ESTIMATORS = ("reinforce_plus_plus_baseline", "dr_grpo")  # centre only, std flag ignored
@@ -23,6 +22,29 @@ RLOO = "rloo"
 STD_EPS = 1e-6
 # SEMANTICS.md, "Semantics": every row is its own unit (no rollout dedup)
 ROW_UNIT_SEMANTICS = ("legacy-reshape", "group-index")
+# Version 2 of the contract, "Estimators from the wider field"
+WIDER_FIELD = ("grpo_passk", "opo", "gpg", "remax", "gdpo")
+WHITEN_EPS = 1e-8
+ESTIMATORS_DIVIDING_BY_STD = STD_ESTIMATORS + ("grpo_passk", "gdpo")
+
+
+def normalizes(config: CoreConfig) -> bool:
+    """Any other estimator, or --no-rewards-normalization: advantage = reward value, unchanged."""
+    return config.rewards_normalization and config.estimator in (
+        STD_ESTIMATORS + CENTRE_ONLY_ESTIMATORS + (RLOO,) + WIDER_FIELD)
+
+
+def row_units(config: CoreConfig) -> bool:
+    return config.semantics in ROW_UNIT_SEMANTICS
+
+
+def last_row_is_mainstream(config: CoreConfig) -> bool:
+    """--mainstream last; most-trainable (the default) and shared take the most-trainable row."""
+    return config.mainstream == "last"
+
+
+def shared_rewards_required(config: CoreConfig) -> bool:
+    return config.semantics == "rollout-shared" or config.mainstream == "shared"
 
 # Reason strings used below; asserting here keeps the oracle honest if codes are renamed.
 PARTIAL_GROUP_INDEX = "partial-group-index"
@@ -31,8 +53,11 @@ NOT_MULTIPLE = "batch-size-not-multiple"
 SIZES_MISMATCH = "group-sizes-mismatch"
 SIBLING_MISMATCH = "sibling-reward-mismatch"
 NON_FINITE_ADVANTAGE = "non-finite-advantage"
+PASSK_SINGLETON = "passk-singleton-group"
+MISSING_BASELINE = "missing-baseline"
+GDPO_TOO_FEW_TOKENS = "gdpo-too-few-tokens"
 for _name in (PARTIAL_GROUP_INDEX, MISSING_N, NOT_MULTIPLE, SIZES_MISMATCH, SIBLING_MISMATCH,
-              NON_FINITE_ADVANTAGE):
+              NON_FINITE_ADVANTAGE, PASSK_SINGLETON, MISSING_BASELINE, GDPO_TOO_FEW_TOKENS):
     assert _name in REASONS, _name
 
 
@@ -44,6 +69,8 @@ class Row:
     rollout_id: int | None = None
     index: int | None = None
     problem: str = ""             # row-level bad-input reason from the adapter, "" if fine
+    parts: list[float] | None = None  # gdpo: the row's value of each --reward-keys field
+    baseline: float | None = None     # remax: the --baseline-column value; None/NaN/inf = missing
 
 
 @dataclass
@@ -74,31 +101,6 @@ def rollout_key(row: Row, position: int):
     if row.index is not None:
         return ("key", row.index)
     return ("alone", position)
-
-
-# ---------------------------------------------------------------- which rules apply
-
-def normalizes(config: CoreConfig) -> bool:
-    """Any other estimator, or --no-rewards-normalization: advantage = reward value, unchanged."""
-    return config.rewards_normalization and config.estimator in STD_ESTIMATORS + CENTRE_ONLY_ESTIMATORS + (RLOO,)
-
-
-def divides_by_std(config: CoreConfig) -> bool:
-    return normalizes(config) and config.std_normalization and config.estimator in STD_ESTIMATORS
-
-
-def row_units(config: CoreConfig) -> bool:
-    return config.semantics in ROW_UNIT_SEMANTICS
-
-
-def last_row_is_mainstream(config: CoreConfig) -> bool:
-    """--mainstream last; most-trainable (the default) and shared take the most-trainable row."""
-    return config.mainstream == "last"
-
-
-def requires_shared_rewards(config: CoreConfig) -> bool:
-    """rollout-shared, or --mainstream shared: all rows of one rollout must carry the same reward."""
-    return config.semantics == "rollout-shared" or config.mainstream == "shared"
 
 
 # ---------------------------------------------------------------- grouping
@@ -182,124 +184,272 @@ def _sample_std(values: list[float]) -> float:
     return math.sqrt(squares / (k - 1))
 
 
-def unit_advantages(unit_rewards: list[float], config: CoreConfig) -> list[float]:
-    """float64 advantage of each unit of one group (normalizes(config) is assumed)."""
+def _grpo_like(values: list[float], config: CoreConfig, divide: bool) -> list[float]:
+    """grpo/gspo/cispo (divide), centre-only (not divide): the semantics' std rule, both one-unit rules."""
+    k = len(values)
+    if k == 1:
+        if config.singleton_groups == "raw":         # verl: mean 0, std 1
+            return [values[0] / (1 + STD_EPS)] if divide else [values[0]]
+        if config.semantics == "legacy-reshape" and divide:
+            return [(values[0] - values[0]) / (math.nan + STD_EPS)]   # the original's NaN
+        return [0.0]
+    mean = _mean(values)
+    centred = [r - mean for r in values]
+    if not divide:
+        return centred
+    std = _sample_std(values)
+    if config.semantics in ("legacy-reshape", "group-index") or std > 0:
+        return [c / (std + STD_EPS) for c in centred]
+    return centred
+
+
+def _passk(values: list[float], config: CoreConfig) -> list[float]:
+    """k >= 2 (a one-unit group is bad input before this): the earliest largest unit gets
+    (largest - second largest, repeats counted), the others 0."""
+    order = sorted(range(len(values)), key=lambda u: (-values[u], u))   # largest first, ties: earliest
+    top, runner_up = order[0], order[1]
+    gap = values[top] - values[runner_up]
+    if config.std_normalization:
+        gap = gap / (_sample_std(values) + STD_EPS)
+    return [gap if u == top else 0.0 for u in range(len(values))]
+
+
+def unit_advantages(unit_rewards: list[float], config: CoreConfig, estimator: str | None = None,
+                    lengths: list[int] | None = None, alpha: float | None = None,
+                    baselines: list[float] | None = None) -> list[float]:
+    """float64 advantage of each unit of one group (normalizes(config) is assumed; gdpo calls it per key
+    with estimator "grpo"). lengths: opo's trainable tokens per unit; alpha: gpg's batch factor;
+    baselines: remax's per unit."""
+    estimator = estimator or config.estimator
     k = len(unit_rewards)
+    raw = config.singleton_groups == "raw"
     uniform = k >= 2 and all(r == unit_rewards[0] for r in unit_rewards)
     if uniform:
         return [0.0] * k
-    mean = _mean(unit_rewards)
-    centred = [r - mean for r in unit_rewards]
-    if config.estimator == RLOO:
+    if estimator == "remax":                          # no group statistics
+        return [r - b for r, b in zip(unit_rewards, baselines)]
+    if estimator == "grpo_passk":
+        return _passk(unit_rewards, config)
+    if estimator == "opo":
         if k == 1:
-            return [0.0]
-        return [k / (k - 1) * c for c in centred]
-    if config.estimator in CENTRE_ONLY_ESTIMATORS or not divides_by_std(config):
-        return centred
-    assert config.estimator in STD_ESTIMATORS
-    if config.semantics == "legacy-reshape":
-        std = _sample_std(unit_rewards)          # nan for k == 1: the original's defect
-        return [c / (std + STD_EPS) for c in centred]
-    if config.semantics == "group-index":
-        if k > 1:
-            std = _sample_std(unit_rewards)
-            return [c / (std + STD_EPS) for c in centred]
-        return centred
-    # rollout semantics
-    if k > 1:
-        std = _sample_std(unit_rewards)
-        if std > 0:
-            return [c / (std + STD_EPS) for c in centred]
-    return centred
+            return [unit_rewards[0] if raw else 0.0]
+        total_length = sum(lengths)
+        if total_length == 0:
+            return [0.0] * k
+        weighted = 0.0
+        for length, r in zip(lengths, unit_rewards):
+            weighted += length * r
+        baseline = weighted / total_length
+        return [r - baseline for r in unit_rewards]
+    if estimator == "gpg":
+        if k == 1:
+            return [alpha * unit_rewards[0] if raw else 0.0]
+        mean = _mean(unit_rewards)
+        return [alpha * (r - mean) for r in unit_rewards]
+    if estimator == RLOO:
+        if k == 1:
+            return [unit_rewards[0] if raw else 0.0]
+        mean = _mean(unit_rewards)
+        return [k / (k - 1) * (r - mean) for r in unit_rewards]
+    if estimator in CENTRE_ONLY_ESTIMATORS:
+        return _grpo_like(unit_rewards, config, divide=False)
+    assert estimator in STD_ESTIMATORS
+    return _grpo_like(unit_rewards, config, divide=config.std_normalization)
 
 
 # ---------------------------------------------------------------- one batch
 
-def _relabel_batch(batch: Batch, config: CoreConfig) -> list[RowResult]:
+@dataclass
+class _Group:
+    members: list[int]
+    units: list[list[int]]
+    mainstream_rows: list[int]
+    mask_sum: dict[int, int]
+    problem: str = ""
+    uniform: bool = False
+    unit_values: list[float] | None = None   # per unit: advantage (float64), or S under gdpo
+
+
+def _missing(value) -> bool:
+    return value is None or not math.isfinite(value)
+
+
+def _build_group(rows: list[Row], members: list[int], config: CoreConfig) -> _Group:
+    # rollouts inside the group (used for rollout_mask_sum under every semantics)
+    rollouts: dict[object, list[int]] = {}
+    for i in members:
+        rollouts.setdefault(rollout_key(rows[i], i), []).append(i)
+    mask_sum = {}
+    for rollout_rows in rollouts.values():
+        total = 0
+        for i in rollout_rows:
+            total += rows[i].trainable
+        for i in rollout_rows:
+            mask_sum[i] = total
+
+    # units and their mainstream row
+    if row_units(config):
+        units = [[i] for i in members]
+    else:
+        units = list(rollouts.values())
+    mainstream_rows = []
+    for unit in units:
+        if row_units(config):
+            chosen = unit[0]
+        elif last_row_is_mainstream(config):
+            chosen = unit[-1]
+        else:  # most-trainable, ties to the earliest row
+            chosen = unit[0]
+            for i in unit[1:]:
+                if rows[i].trainable > rows[chosen].trainable:
+                    chosen = i
+        mainstream_rows.append(chosen)
+    group = _Group(members, units, mainstream_rows, mask_sum)
+
+    # problems, in precedence order
+    for i in members:
+        if rows[i].problem:
+            group.problem = rows[i].problem
+            return group
+    gdpo = normalizes(config) and config.estimator == "gdpo"
+    if shared_rewards_required(config):
+        for unit in units:
+            first = rows[unit[0]]
+            same = (all(rows[i].parts == first.parts for i in unit) if gdpo
+                    else all(rows[i].reward == first.reward for i in unit))
+            if not same:
+                group.problem = SIBLING_MISMATCH
+                return group
+    if normalizes(config) and config.estimator == "grpo_passk" and len(units) == 1:
+        group.problem = PASSK_SINGLETON
+    if normalizes(config) and config.estimator == "remax" and any(_missing(rows[m].baseline)
+                                                                  for m in mainstream_rows):
+        group.problem = MISSING_BASELINE
+    return group
+
+
+def _relabel_batch(batch: Batch, config: CoreConfig, drop_uniform_groups: bool = False) -> list[RowResult]:
     rows = batch.rows
     if not rows:
         return []
-    groups, batch_problem = group_rows(batch, config)
+    grouped, batch_problem = group_rows(batch, config)
     if batch_problem:
         return [RowResult(None, False, 0, 0, batch_problem, False) for _ in rows]
+    groups = [_build_group(rows, members, config) for members in grouped]
+    gdpo = normalizes(config) and config.estimator == "gdpo"
+
+    alpha = None
+    if normalizes(config) and config.estimator == "gpg":   # over the batch's groups without bad input
+        units_ok = non_zero = 0
+        for g in groups:
+            if not g.problem:
+                for m in g.mainstream_rows:
+                    units_ok += 1
+                    non_zero += rows[m].reward != 0
+        alpha = units_ok / max(1, non_zero)
+
+    advantages: dict[int, float] = {}
+    for g in groups:
+        if g.problem:
+            continue
+        unit_rewards = [rows[m].reward for m in g.mainstream_rows]
+        if gdpo:
+            g.unit_values = _gdpo_scores(rows, g, config)
+            g.uniform = len(g.units) >= 2 and all(rows[m].parts == rows[g.mainstream_rows[0]].parts
+                                                  for m in g.mainstream_rows)
+            if not all(math.isfinite(v) for v in g.unit_values):
+                g.problem = NON_FINITE_ADVANTAGE
+            continue
+        g.uniform = len(unit_rewards) >= 2 and all(r == unit_rewards[0] for r in unit_rewards)
+        if not normalizes(config):
+            for i in g.members:
+                advantages[i] = to_float32(rows[i].reward)
+        else:
+            lengths = [sum(rows[i].trainable for i in unit) for unit in g.units]
+            baselines = [rows[m].baseline for m in g.mainstream_rows]
+            per_unit = unit_advantages(unit_rewards, config, lengths=lengths, alpha=alpha, baselines=baselines)
+            for unit, adv in zip(g.units, per_unit):
+                for i in unit:
+                    advantages[i] = to_float32(adv)
+        if not all(math.isfinite(advantages[i]) for i in g.members):
+            g.problem = NON_FINITE_ADVANTAGE
+
+    if gdpo:
+        _gdpo_whiten(rows, groups, advantages, drop_uniform_groups)
 
     results: list[RowResult | None] = [None] * len(rows)
-    for ordinal, members in enumerate(groups):
-        # rollouts inside the group (used for rollout_mask_sum under every semantics)
-        rollouts: dict[object, list[int]] = {}
-        for i in members:
-            rollouts.setdefault(rollout_key(rows[i], i), []).append(i)
-        mask_sum = {}
-        for rollout_rows in rollouts.values():
-            total = 0
-            for i in rollout_rows:
-                total += rows[i].trainable
-            for i in rollout_rows:
-                mask_sum[i] = total
-
-        # units and their mainstream row
-        if row_units(config):
-            units = [[i] for i in members]
-        else:
-            units = list(rollouts.values())
-        mainstream_rows = []
-        for unit in units:
-            if row_units(config):
-                chosen = unit[0]
-            elif last_row_is_mainstream(config):
-                chosen = unit[-1]
-            else:  # most-trainable, ties to the earliest row
-                chosen = unit[0]
-                for i in unit[1:]:
-                    if rows[i].trainable > rows[chosen].trainable:
-                        chosen = i
-            mainstream_rows.append(chosen)
-        is_mainstream = set(mainstream_rows)
-
-        # problems, in precedence order
-        problem = ""
-        for i in members:
-            if rows[i].problem:
-                problem = rows[i].problem
-                break
-        if not problem and requires_shared_rewards(config):
-            for unit in units:
-                first = rows[unit[0]].reward
-                if not all(rows[i].reward == first for i in unit):
-                    problem = SIBLING_MISMATCH
-                    break
-
-        advantages: dict[int, float] = {}
-        uniform = False
-        if not problem:
-            unit_rewards = [rows[m].reward for m in mainstream_rows]
-            uniform = len(unit_rewards) >= 2 and all(r == unit_rewards[0] for r in unit_rewards)
-            if not normalizes(config):
-                for i in members:
-                    advantages[i] = to_float32(rows[i].reward)
-            else:
-                per_unit = unit_advantages(unit_rewards, config)
-                for unit, adv in zip(units, per_unit):
-                    for i in unit:
-                        advantages[i] = to_float32(adv)
-            if not all(math.isfinite(a) for a in advantages.values()):
-                problem = NON_FINITE_ADVANTAGE
-                uniform = False
-
-        for i in members:
+    mainstream_set = {m for g in groups for m in g.mainstream_rows}
+    for ordinal, g in enumerate(groups):
+        for i in g.members:
             results[i] = RowResult(
-                advantage=None if problem else advantages[i],
-                mainstream=i in is_mainstream,
+                advantage=None if g.problem else advantages[i],
+                mainstream=i in mainstream_set,
                 prompt_group=ordinal,
-                rollout_mask_sum=mask_sum[i],
-                problem=problem,
-                uniform=uniform if not problem else False,
+                rollout_mask_sum=g.mask_sum[i],
+                problem=g.problem,
+                uniform=g.uniform if not g.problem else False,
             )
     assert all(r is not None for r in results)
     return results  # type: ignore[return-value]
 
 
-def reference_relabel(batches: list[Batch], config: CoreConfig) -> list[list[RowResult]]:
+def _gdpo_scores(rows: list[Row], g: _Group, config: CoreConfig) -> list[float]:
+    """S per unit: the weighted sum over keys of each key's grpo advantage."""
+    n_keys = len(config.reward_keys)
+    weights = config.reward_weights if config.reward_weights is not None else [1.0] * n_keys
+    per_key = []
+    for j in range(n_keys):
+        values = [rows[m].parts[j] for m in g.mainstream_rows]
+        per_key.append(unit_advantages(values, config, estimator="grpo"))
+    scores = []
+    for u in range(len(g.units)):
+        total = 0.0
+        for j in range(n_keys):
+            total += weights[j] * per_key[j][u]
+        scores.append(total)
+    return scores
+
+
+def _gdpo_whiten(rows: list[Row], groups: list[_Group], advantages: dict[int, float],
+                 drop_uniform_groups: bool) -> None:
+    """Token-weighted whitening of S over the batch's written rows (verl's masked_whiten)."""
+    row_score = {}
+    for g in groups:
+        if not g.problem:
+            for unit, score in zip(g.units, g.unit_values):
+                for i in unit:
+                    row_score[i] = score
+    written = [i for g in groups if not g.problem and not (drop_uniform_groups and g.uniform)
+               for i in sorted(g.members)]
+    written.sort()
+    tokens = 0.0
+    for i in written:
+        tokens += rows[i].trainable
+    if written and tokens < 2:   # nothing written (every live group filtered): nothing to refuse
+        for g in groups:
+            if not g.problem:
+                g.problem = GDPO_TOO_FEW_TOKENS
+        return
+    weighted = 0.0
+    for i in written:
+        weighted += rows[i].trainable * row_score[i]
+    mean = weighted / (tokens + WHITEN_EPS)
+    squares = 0.0
+    for i in written:
+        squares += rows[i].trainable * (row_score[i] - mean) * (row_score[i] - mean)
+    variance = squares / (tokens + WHITEN_EPS) * (tokens / (tokens - 1))  # nothing written: -0.0
+    scale = math.sqrt(variance + WHITEN_EPS)
+    for g in groups:
+        if g.problem:
+            continue
+        for i in g.members:
+            advantages[i] = to_float32((row_score[i] - mean) / scale)
+        if not all(math.isfinite(advantages[i]) for i in g.members):
+            g.problem = NON_FINITE_ADVANTAGE
+
+
+def reference_relabel(batches: list[Batch], config: CoreConfig,
+                      drop_uniform_groups: bool = False) -> list[list[RowResult]]:
     """Relabel each batch independently (a prompt group never spans batches).
 
     Decisions where SEMANTICS.md is silent:
@@ -316,8 +466,21 @@ def reference_relabel(batches: list[Batch], config: CoreConfig) -> list[list[Row
       non-finite-advantage;
     - pass-through estimators give each row its own reward;
     - advantages are rounded to float32, and any non-finite one kills the group.
+
+    Version 2 (SEMANTICS.md, "Estimators from the wider field"), where that text is silent:
+    - remax ignores --singleton-groups (no group statistics) and, like every estimator there, gives a
+      uniform group 0; only a unit's mainstream baseline counts (missing-baseline);
+    - gpg's B counts the units of groups without bad input found before any advantage (filtered
+      uniform groups count; a later non-finite advantage does not change alpha);
+    - gdpo: a group is uniform when every key's values are equal; rollout-shared compares every key;
+      a non-finite S kills its group before the whitening; gdpo-too-few-tokens applies to a batch that
+      has written rows whose tokens sum below 2 (every still-live group of it); the filtered rows of
+      uniform groups get (S - mu) / sigma too (not written); a non-finite whitened value kills its
+      group without recomputing the batch's mu and sigma;
+    - precedence: batch problem > row problem > sibling-reward-mismatch > passk-singleton-group /
+      missing-baseline > non-finite-advantage > gdpo-too-few-tokens.
     """
-    return [_relabel_batch(batch, config) for batch in batches]
+    return [_relabel_batch(batch, config, drop_uniform_groups) for batch in batches]
 
 
 def batch_counters(results: list[RowResult]) -> tuple[int, int, int]:

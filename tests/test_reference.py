@@ -260,3 +260,109 @@ def test_float32_overflow_is_non_finite():
     rows = [Row(3e38, 1, rollout_id=1), Row(-3e38, 1, rollout_id=2)]
     [out] = reference_relabel([Batch(rows)], CoreConfig(estimator="rloo"))
     assert [r.problem for r in out] == ["non-finite-advantage"] * 2
+
+
+# ---------------------------------------------------------------- version 2: estimators from the wider field
+
+STD_1_EPS = 1 / (1 + 1e-6)
+
+
+def wider_batch():
+    """group 0: rewards [1, 0, 2] with 3, 1, 2 tokens; group 1: one row, reward 3."""
+    return Batch([Row(1.0, 3, group_index=0), Row(0.0, 1, group_index=0), Row(2.0, 2, group_index=0),
+                  Row(3.0, 1, group_index=1)])
+
+
+@pytest.mark.parametrize("estimator,singletons,expected", [
+    ("grpo", "zero", [0.0, -STD_1_EPS, STD_1_EPS, 0.0]),
+    ("grpo", "raw", [0.0, -STD_1_EPS, STD_1_EPS, 3 * STD_1_EPS]),
+    ("grpo", "raw-no-std", [0.0, -1.0, 1.0, 3.0]),
+    ("reinforce_plus_plus_baseline", "raw", [0.0, -1.0, 1.0, 3.0]),
+    ("rloo", "zero", [0.0, -1.5, 1.5, 0.0]),
+    ("rloo", "raw", [0.0, -1.5, 1.5, 3.0]),
+    ("opo", "zero", [-1 / 6, -7 / 6, 5 / 6, 0.0]),
+    ("opo", "raw", [-1 / 6, -7 / 6, 5 / 6, 3.0]),
+    ("gpg", "zero", [0.0, -4 / 3, 4 / 3, 0.0]),
+    ("gpg", "raw", [0.0, -4 / 3, 4 / 3, 4.0]),
+])
+def test_wider_estimators_one_unit_rule(estimator, singletons, expected):
+    std = singletons != "raw-no-std"
+    config = CoreConfig(semantics="group-index", estimator=estimator, std_normalization=std,
+                        singleton_groups=singletons.removesuffix("-no-std"))
+    [out] = reference_relabel([wider_batch()], config)
+    assert advantages(out) == approx(expected)
+
+
+def test_singleton_raw_under_rollout_semantics():
+    rows = [Row(2.0, 1, rollout_id=1), Row(2.0, 5, rollout_id=1)]     # one rollout of two rows
+    [out] = reference_relabel([Batch(rows)], CoreConfig(singleton_groups="raw"))
+    assert advantages(out) == [to_float32(2 / (1 + 1e-6))] * 2
+
+
+def test_grpo_passk_ties_and_singletons():
+    def run(rewards, std=True):
+        rows = [Row(r, 1, group_index=0) for r in rewards]
+        [out] = reference_relabel([Batch(rows)], CoreConfig(semantics="group-index", estimator="grpo_passk",
+                                                            std_normalization=std))
+        return out
+    assert advantages(run([1.0, 0.0, 2.0])) == approx([0, 0, STD_1_EPS])
+    assert advantages(run([1.0, 0.0, 2.0], std=False)) == [0.0, 0.0, 1.0]
+    assert advantages(run([5.0, 1.0, 1.0])) == approx([4 / (math.sqrt(16 / 3) + 1e-6), 0, 0])
+    assert advantages(run([2.0, 0.0, 2.0, 1.0])) == [0.0] * 4         # tie at the top
+    assert [r.problem for r in run([4.0])] == ["passk-singleton-group"]
+
+
+def test_opo_gpg_details():
+    no_tokens = Batch([Row(1.0, 0, group_index=0), Row(0.0, 0, group_index=0)])
+    [out] = reference_relabel([no_tokens], CoreConfig(semantics="group-index", estimator="opo"))
+    assert advantages(out) == [0.0, 0.0]
+    # gpg: alpha counts the units of live groups only
+    rows = [Row(1.0, 1, group_index=0), Row(0.0, 1, group_index=0), Row(0.0, 1, group_index=1),
+            Row(0.0, 1, group_index=1), Row(5.0, 1, group_index=2, problem="mask-length")]
+    [out] = reference_relabel([Batch(rows)], CoreConfig(semantics="group-index", estimator="gpg"))
+    assert advantages(out) == [2.0, -2.0, 0.0, 0.0, None]
+
+
+def test_remax():
+    rows = [Row(1.0, 1, rollout_id=1, baseline=0.5), Row(0.0, 1, rollout_id=2, baseline=0.5),
+            Row(2.0, 1, rollout_id=3, baseline=0.25), Row(2.0, 0, rollout_id=3, baseline=None)]
+    [out] = reference_relabel([Batch(rows)], CoreConfig(estimator="remax"))
+    assert advantages(out) == [0.5, -0.5, 1.75, 1.75]
+    rows[2].baseline = math.inf
+    [out] = reference_relabel([Batch(rows)], CoreConfig(estimator="remax"))
+    assert [r.problem for r in out] == ["missing-baseline"] * 4
+
+
+def gdpo_batch():
+    return Batch([Row(1.0, 3, group_index=0, parts=[1.0, 0.0]), Row(0.0, 1, group_index=0, parts=[0.0, 0.0]),
+                  Row(2.0, 2, group_index=0, parts=[1.0, 1.0])])
+
+
+@pytest.mark.parametrize("weights,expected", [
+    (None, [-0.221404, -1.549826, 1.107019]),          # SEMANTICS.md's worked example
+    ((2.0, -1.0), [0.816497, -1.632993, -0.408248]),
+])
+def test_gdpo_worked_example(weights, expected):
+    config = CoreConfig(semantics="group-index", estimator="gdpo", reward_keys=("a", "b"), reward_weights=weights)
+    [out] = reference_relabel([gdpo_batch()], config)
+    assert advantages(out) == approx(expected, tol=1e-6)
+
+
+def test_gdpo_batch_level_rules():
+    config = CoreConfig(semantics="group-index", estimator="gdpo", reward_keys=("a",))
+    few = Batch([Row(1.0, 1, group_index=0, parts=[1.0]), Row(0.0, 0, group_index=0, parts=[0.0])])
+    [out] = reference_relabel([few], config)
+    assert [r.problem for r in out] == ["gdpo-too-few-tokens"] * 2
+    # a uniform group is whitened with the rest, unless it is filtered: then it is out of mu and sigma
+    batch = Batch(gdpo_batch().rows[:2] + [Row(0.0, 5, group_index=1, parts=[1.0]),
+                                           Row(0.0, 5, group_index=1, parts=[1.0])])
+    [kept] = reference_relabel([batch], config)
+    [dropped] = reference_relabel([batch], config, drop_uniform_groups=True)
+    assert [r.uniform for r in kept] == [False, False, True, True]
+    assert advantages(kept)[2] != 0.0
+    # filtered: only rows 0, 1 are written (S = +-0.707106, m = 3, 1)
+    assert advantages(dropped)[:2] != advantages(kept)[:2]
+    s = 0.5 / (math.sqrt(0.5) + 1e-6)
+    mu = (3 * s - s) / (4 + 1e-8)
+    var = (3 * (s - mu) ** 2 + (-s - mu) ** 2) / (4 + 1e-8) * 4 / 3
+    assert advantages(dropped)[:2] == approx([(s - mu) / math.sqrt(var + 1e-8), (-s - mu) / math.sqrt(var + 1e-8)])

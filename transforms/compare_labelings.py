@@ -13,7 +13,6 @@ import json
 import apache_beam as beam
 from apache_beam import pvalue
 
-import schemas
 from transforms.dofns import CoreDoFn
 from transforms.lib import output_files
 from transforms.lib.compare_batches import compare_batch
@@ -21,7 +20,7 @@ from transforms.lib.errors import BadFile
 from transforms.lib.readers import read_table
 from transforms.lib.records import BATCHES, FILES, GROUPS, POINTS
 from transforms.lib.settings import CompareSettings
-from transforms.lib.slim import extract_slim
+from transforms.lib.slim import extract_slim, slim_input_columns
 from transforms.metrics import counter
 
 
@@ -37,6 +36,7 @@ class CompareFileGroupFn(CoreDoFn):
 
     def process(self, group):
         settings = self._settings
+        reward = settings.reward_fields()
         names = {r["path"]: r["name"] for r in group}
         batches: dict[str, list] = {}
         sizes: dict[str, list | None] = {}
@@ -44,8 +44,8 @@ class CompareFileGroupFn(CoreDoFn):
         for record in group:
             source = record["path"]
             try:
-                table, metadata = read_table(source, columns=schemas.SLIM_INPUT_COLUMNS)
-                parts = extract_slim(table, source, settings.reward_key)
+                table, metadata = read_table(source, columns=slim_input_columns(reward))
+                parts = extract_slim(table, source, reward)
             except BadFile as bad:  # counted in the report under both labelings
                 yield pvalue.TaggedOutput(FILES, {"name": record["name"], "rows": 0, "reason": bad.reason,
                                                   "message": bad.message})

@@ -4,12 +4,11 @@ from __future__ import annotations
 import apache_beam as beam
 from apache_beam import pvalue
 
-import schemas
 from transforms.dofns import dead_file_outputs, read_planned
 from transforms.lib.errors import BadFile
 from transforms.lib.records import DEAD, FILES, SLIM, FileRead
 from transforms.lib.settings import RunSettings
-from transforms.lib.slim import extract_slim
+from transforms.lib.slim import extract_slim, slim_input_columns
 from transforms.metrics import counter
 
 
@@ -27,8 +26,9 @@ class ReadSlimTablesFn(beam.DoFn):
     def _outputs(self, record):
         source = record["path"]
         try:
-            table, metadata = read_planned(record, self._settings, columns=schemas.SLIM_INPUT_COLUMNS)
-            parts = extract_slim(table, source, self._settings.labeling.reward_key)
+            reward = self._settings.labeling.reward_fields()
+            table, metadata = read_planned(record, self._settings, columns=slim_input_columns(reward))
+            parts = extract_slim(table, source, reward)
         except BadFile as bad:  # unreadable, or its batches cannot be decided (e.g. null `step`)
             yield from dead_file_outputs(source, bad.reason, bad.message, self._settings.fail_fast,
                                          self._settings.output)

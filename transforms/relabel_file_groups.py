@@ -22,7 +22,7 @@ from transforms.lib.errors import BadFile
 from transforms.lib.label_batch import label_batch
 from transforms.lib.records import COUNTERS, DEAD, FILES, FILTERED, STATS, FileRead
 from transforms.lib.settings import RunSettings
-from transforms.lib.slim import extract_slim
+from transforms.lib.slim import extract_slim, slim_input_columns
 from transforms.metrics import counter
 
 
@@ -36,6 +36,7 @@ class RelabelFileGroupFn(CoreDoFn):
 
     def process(self, group):
         settings = self._settings
+        reward = settings.labeling.reward_fields()
         readable = []  # (record, lineage, completeness, table)
         siblings = part_files.batch_inputs(group)
         batches: dict[str, list] = {}
@@ -47,8 +48,8 @@ class RelabelFileGroupFn(CoreDoFn):
             try:
                 # a complete output needs only the slim columns (to rebuild dead letters and counters)
                 table, metadata = read_planned(record, settings,
-                                               columns=schemas.SLIM_INPUT_COLUMNS if complete[0] else None)
-                parts = extract_slim(table, source, settings.labeling.reward_key)
+                                               columns=slim_input_columns(reward) if complete[0] else None)
+                parts = extract_slim(table, source, reward)
             except BadFile as bad:  # unreadable, or its batches cannot be decided
                 yield from dead_file_outputs(source, bad.reason, bad.message, settings.fail_fast, settings.output)
                 continue

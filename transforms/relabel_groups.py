@@ -12,6 +12,7 @@ import pyarrow as pa
 from apache_beam import pvalue
 
 from transforms.assemble_groups import STREAM_SOURCE
+from transforms.core.config import BATCH_LEVEL_ESTIMATORS
 from transforms.dofns import CoreDoFn
 from transforms.lib.dead_letters import with_row_json
 from transforms.lib.label_batch import label_batch
@@ -28,7 +29,7 @@ def relabel_group(key, group_rows: list[dict], labeling: Labeling, device: str):
     batch, group = key
     table = pa.Table.from_pylist(group_rows)
     source = f"{STREAM_SOURCE}:step={batch}:group={group}"
-    (_, slim), = extract_slim(table, source, labeling.reward_key)
+    (_, slim), = extract_slim(table, source, labeling.reward_fields())
     result = label_batch(f"step={batch}", [(source, slim)], None, labeling, device)
     dead = with_row_json(result.dead, table) if result.dead.num_rows else result.dead
     filtered = with_row_json(result.filtered, table) if result.filtered.num_rows else result.filtered
@@ -60,6 +61,9 @@ class RelabelGroups(beam.PTransform):
         if labeling.core.semantics not in GROUP_SEMANTICS:
             raise ValueError(f"{labeling.core.semantics} groups rows by position in a whole batch; a row stream "
                              f"needs one of {', '.join(GROUP_SEMANTICS)}")
+        if labeling.core.normalizes and labeling.core.estimator in BATCH_LEVEL_ESTIMATORS:
+            raise ValueError(f"--estimator {labeling.core.estimator} has a batch-level step (over a whole batch); "
+                             "a row stream labels one prompt group at a time")
         self._fn = RelabelGroupFn(labeling, device)
 
     def expand(self, groups):

@@ -89,4 +89,3 @@ def test_end_marker_fans_out_to_each_group():
         ((7, 0), ("expect", 4)), ((7, 1), ("expect", 2)), ((7, 2), ("expect", 3))]
     assert list(key_messages(GROUP_0[0], "step", "group_index", "group_size")) == [
         ((7, 0), ("row", GROUP_0[0])), ((7, 0), ("expect", 4))]
-

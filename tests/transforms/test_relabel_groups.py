@@ -40,3 +40,9 @@ def test_each_group_is_one_training_table_and_bad_groups_are_dead_lettered(test_
 def test_positional_semantics_are_refused():
     with pytest.raises(ValueError, match="legacy-reshape"):
         RelabelGroups(Labeling(CoreConfig(semantics="legacy-reshape")))
+
+
+@pytest.mark.parametrize("core", [CoreConfig(estimator="gpg"), CoreConfig(estimator="gdpo", reward_keys=("a",))])
+def test_batch_level_estimators_are_refused(core):
+    with pytest.raises(ValueError, match="batch-level step"):
+        RelabelGroups(Labeling(core))

@@ -8,8 +8,10 @@ number of batches is handled in one call.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from .arrays import INT64_MAX, arrays_for
-from .config import RLOO, STD_EPS, CoreConfig
+from .config import GDPO, GPG, GRPO_PASSK, OPO, REMAX, RLOO, STD_EPS, WHITEN_EPS, CoreConfig
 from .reasons import CODE
 from .types import CoreInput, CoreOutput
 
@@ -17,13 +19,15 @@ from .types import CoreInput, CoreOutput
 WHOLE_BATCH, SLICES, GROUP_INDEX, EXPLICIT_SIZES = 0, 1, 2, 3
 
 
-def compute_advantages(inp: CoreInput, config: CoreConfig) -> CoreOutput:
+def compute_advantages(inp: CoreInput, config: CoreConfig, drop_uniform_groups: bool = False) -> CoreOutput:
+    """Every row's advantage, flags and problem. `drop_uniform_groups`: rows of uniform groups are not
+    written (filtered.parquet), so a batch-level step over written rows (GDPO's whitening) leaves them out."""
     xp = arrays_for(inp.batch)
     with xp.non_finite_allowed():
-        return _relabel(xp, inp, config)
+        return _relabel(xp, inp, config, drop_uniform_groups)
 
 
-def _relabel(xp, inp: CoreInput, config: CoreConfig) -> CoreOutput:
+def _relabel(xp, inp: CoreInput, config: CoreConfig, drop_uniform_groups: bool = False) -> CoreOutput:
     n_rows = inp.num_rows
     if n_rows == 0:
         return _empty_output(xp, inp.num_batches)
@@ -45,28 +49,51 @@ def _relabel(xp, inp: CoreInput, config: CoreConfig) -> CoreOutput:
     mainstream[chosen] = True
     unit_reward = xp.take(inp.reward, chosen)
     unit_group = xp.take(group, chosen)
+    gdpo = config.normalizes and config.estimator == GDPO
 
     group_problem = _group_problems(xp, inp, row, group, n_groups, group_batch, batch_problem)
     if config.require_shared_rewards:
-        mismatch = xp.segment(unit, n_units, inp.reward, "amin") != xp.segment(unit, n_units, inp.reward, "amax")
+        if gdpo:  # every key's value must be shared
+            mismatch = _parts_mismatch(xp, inp.reward_parts, unit, n_units)
+        else:
+            mismatch = xp.segment(unit, n_units, inp.reward, "amin") != xp.segment(unit, n_units, inp.reward, "amax")
         group_mismatch = xp.segment(unit_group, n_groups, xp.astype(mismatch, "int64"), "amax") > 0
         group_problem = xp.where((group_problem == 0) & group_mismatch,
                                  CODE["sibling-reward-mismatch"], group_problem)
 
     units_in_group = xp.count(unit_group, n_groups)
-    uniform_group = (units_in_group >= 2) & (
-        xp.segment(unit_group, n_groups, unit_reward, "amin") == xp.segment(unit_group, n_groups, unit_reward, "amax"))
-
+    if gdpo:
+        parts = _unit_parts(xp, inp, chosen, unit_group, n_groups, units_in_group)
     if config.normalizes:
+        group_problem = _estimator_problems(xp, inp, config, chosen, unit_group, n_groups, units_in_group,
+                                            group_problem)
+    if gdpo:
+        uniform_group = parts.uniform_group
+    else:
+        uniform_group = (units_in_group >= 2) & (xp.segment(unit_group, n_groups, unit_reward, "amin")
+                                                 == xp.segment(unit_group, n_groups, unit_reward, "amax"))
+
+    if gdpo:
+        advantage, group_problem = _gdpo_advantages(xp, inp, config, parts, unit, n_units, unit_group, group,
+                                                    n_groups, group_batch, uniform_group, group_problem,
+                                                    drop_uniform_groups)
+    elif config.normalizes:
+        alpha = None
+        if config.estimator == GPG:
+            alpha = xp.take(_gpg_alpha(xp, unit_reward, unit_group, group_batch, group_problem == 0,
+                                       inp.num_batches), group_batch)  # per group
         # float32 (the written type) before the finiteness check: an overflow must be refused
-        unit_advantage = xp.astype(_unit_advantages(xp, unit_reward, unit_group, n_groups, units_in_group,
-                                                    uniform_group, config), "float32")
+        unit_advantage = xp.astype(_unit_advantages(
+            xp, unit_reward, unit_group, n_groups, units_in_group, uniform_group, config, config.estimator,
+            config.divides_by_std, trainable=inp.trainable, unit=unit, n_units=n_units, chosen=chosen,
+            baseline=inp.baseline, alpha=alpha), "float32")
         non_finite = _any_per_segment(xp, unit_group, n_groups, ~xp.isfinite(unit_advantage))
         advantage = xp.take(unit_advantage, unit)
+        group_problem = xp.where((group_problem == 0) & non_finite, CODE["non-finite-advantage"], group_problem)
     else:  # pass-through estimators: the row's own reward
         advantage = xp.astype(inp.reward, "float32")
         non_finite = _any_per_segment(xp, group, n_groups, ~xp.isfinite(advantage))
-    group_problem = xp.where((group_problem == 0) & non_finite, CODE["non-finite-advantage"], group_problem)
+        group_problem = xp.where((group_problem == 0) & non_finite, CODE["non-finite-advantage"], group_problem)
 
     live_group = group_problem == 0
     uniform = xp.take(uniform_group, group)
@@ -221,16 +248,37 @@ def _group_problems(xp, inp, row, group, n_groups, group_batch, batch_problem):
     return xp.where(from_batch != 0, from_batch, row_problem)
 
 
-def _unit_advantages(xp, reward, unit_group, n_groups, k, uniform, config: CoreConfig):
-    """Each unit's advantage; what depends only on the group is decided per group, then gathered."""
+def _unit_advantages(xp, reward, unit_group, n_groups, k, uniform, config: CoreConfig, estimator: str,
+                     divide: bool, trainable=None, unit=None, n_units=None, chosen=None, baseline=None, alpha=None):
+    """Each unit's float64 advantage under `estimator` (std division when `divide`); what depends only on
+    the group is decided per group, then gathered. GDPO calls it per key with estimator grpo."""
     kf = xp.astype(k, "float64")
+    single = k == 1
+    # verl: a one-unit group's mean is 0 and its std 1
+    raw_single = single if config.raw_singletons else xp.zeros(n_groups, "bool")
     mean = xp.segment(unit_group, n_groups, reward, "sum") / kf
+    if config.raw_singletons:
+        mean = xp.where(raw_single, xp.zeros(n_groups, "float64"), mean)
     centred = reward - xp.take(mean, unit_group)
     zero_group = uniform
-    if config.estimator == RLOO:
+    if estimator != REMAX and not config.raw_singletons and not (config.semantics == "legacy-reshape" and divide):
+        zero_group = zero_group | single  # today's rule; a legacy one-row group divided by std stays NaN
+    if estimator == RLOO:
         advantage = xp.take(kf / xp.clip(kf - 1, low=1), unit_group) * centred
-        zero_group = uniform | (k <= 1)
-    elif config.divides_by_std:
+    elif estimator == GRPO_PASSK:
+        advantage = _passk(xp, reward, unit_group, n_groups, centred, kf, divide)
+    elif estimator == OPO:
+        length = xp.segment(unit, n_units, xp.astype(trainable, "float64"), "sum")  # L_u over the unit's rows
+        total = xp.segment(unit_group, n_groups, length, "sum")
+        weighted = xp.segment(unit_group, n_groups, length * reward, "sum")
+        zero_group = zero_group | ((total == 0) & ~raw_single)  # nothing in the group trains
+        opo_baseline = xp.where(raw_single, xp.zeros(n_groups, "float64"), weighted / total)
+        advantage = reward - xp.take(opo_baseline, unit_group)
+    elif estimator == GPG:
+        advantage = xp.take(alpha, unit_group) * centred
+    elif estimator == REMAX:
+        advantage = reward - _unit_baseline(xp, baseline, chosen)
+    elif divide:
         std = xp.sqrt(xp.segment(unit_group, n_groups, centred * centred, "sum") / (kf - 1))
         if config.semantics == "legacy-reshape":
             scaled_group = xp.full(n_groups, True, "bool")
@@ -240,10 +288,141 @@ def _unit_advantages(xp, reward, unit_group, n_groups, k, uniform, config: CoreC
             scaled_group = (k > 1) & (std > 0)
         # dividing by 1.0 leaves a value's bits unchanged: unscaled groups keep their centred rewards
         denominator = xp.where(scaled_group, std + STD_EPS, xp.full(n_groups, 1.0, "float64"))
+        if config.raw_singletons:
+            denominator = xp.where(raw_single, xp.full(n_groups, 1.0 + STD_EPS, "float64"), denominator)
         advantage = centred / xp.take(denominator, unit_group)
     else:
         advantage = centred
     return xp.where(xp.take(zero_group, unit_group), xp.zeros(centred.shape[0], "float64"), advantage)
+
+
+def _passk(xp, reward, unit_group, n_groups, centred, kf, divide):
+    """grpo_passk: the group's best unit gets (best - second best, repeats counted), the others 0."""
+    best = xp.segment(unit_group, n_groups, reward, "amax")
+    is_best = reward == xp.take(best, unit_group)
+    n_best = xp.count(unit_group, n_groups, weights=is_best)
+    below = xp.where(is_best, xp.full(reward.shape[0], -float("inf"), "float64"), reward)
+    second = xp.where(n_best >= 2, best, xp.segment(unit_group, n_groups, below, "amax"))
+    gap = best - second  # a tie at the top gives 0 (then which top unit "wins" does not matter)
+    if divide:
+        std = xp.sqrt(xp.segment(unit_group, n_groups, centred * centred, "sum") / (kf - 1))
+        gap = gap / (std + STD_EPS)
+    top = is_best & xp.take(n_best == 1, unit_group)
+    return xp.where(top, xp.take(gap, unit_group), xp.zeros(reward.shape[0], "float64"))
+
+
+def _estimator_problems(xp, inp, config, chosen, unit_group, n_groups, k, group_problem):
+    """Group problems the estimator itself defines: grpo_passk's one-unit groups, remax's missing baselines."""
+    if config.estimator == GRPO_PASSK:
+        group_problem = xp.where((group_problem == 0) & (k == 1), CODE["passk-singleton-group"], group_problem)
+    elif config.estimator == REMAX:
+        missing = ~xp.isfinite(_unit_baseline(xp, inp.baseline, chosen))
+        group_problem = xp.where((group_problem == 0) & _any_per_segment(xp, unit_group, n_groups, missing),
+                                 CODE["missing-baseline"], group_problem)
+    return group_problem
+
+
+def _unit_baseline(xp, baseline, chosen):
+    """Each unit's baseline: its mainstream row's (NaN when the input has none)."""
+    if baseline is None:
+        return xp.full(chosen.shape[0], float("nan"), "float64")
+    return xp.take(baseline, chosen)
+
+
+def _gpg_alpha(xp, unit_reward, unit_group, group_batch, live_group, n_batches):
+    """GPG's per-batch alpha = B / max(1, m): B the units of groups without bad input, m those with a
+    non-zero value."""
+    unit_batch = xp.take(group_batch, unit_group)
+    live_unit = xp.take(live_group, unit_group)
+    units = xp.count(unit_batch, n_batches, weights=live_unit)
+    non_zero = xp.count(unit_batch, n_batches, weights=live_unit & (unit_reward != 0))
+    return xp.astype(units, "float64") / xp.astype(xp.clip(non_zero, low=1), "float64")
+
+
+@dataclass
+class _Parts:
+    """GDPO's per-key unit values, flattened key-major: entry j*n_units + u is unit u's value of key j.
+
+    Each (key, group) pair is a segment of its own (id j*n_groups + group), so the per-key grpo
+    advantages of every key and group come from one call of _unit_advantages, with no loop over keys.
+    """
+    width: int            # K
+    values: object        # float64 [K*n_units]
+    flat_group: object    # int64 [K*n_units] j*n_groups + group
+    k: object             # int64 [K*n_groups] units in the pair's group
+    uniform: object       # bool [K*n_groups] two or more units, all values of this key equal
+    uniform_group: object  # bool [n_groups] every key uniform: S is 0 for every unit
+
+
+def _unit_parts(xp, inp, chosen, unit_group, n_groups, units_in_group) -> _Parts:
+    if inp.reward_parts is None:
+        raise ValueError("gdpo needs the per-key reward values (CoreInput.reward_parts)")
+    width = int(inp.reward_parts.shape[0])
+    values = xp.take_columns(inp.reward_parts, chosen).reshape(-1)
+    offsets = (xp.arange(width) * n_groups).reshape(-1, 1)
+    flat_group = (unit_group.reshape(1, -1) + offsets).reshape(-1)  # broadcast over keys: rows stay contiguous
+    n_flat = n_groups * width
+    k = (units_in_group.reshape(1, -1) + offsets * 0).reshape(-1)
+    uniform = (k >= 2) & (xp.segment(flat_group, n_flat, values, "amin")
+                          == xp.segment(flat_group, n_flat, values, "amax"))
+    uniform_group = xp.count(xp.arange(n_flat) % n_groups, n_groups, weights=uniform) == width
+    return _Parts(width, values, flat_group, k, uniform, uniform_group)
+
+
+def _parts_mismatch(xp, reward_parts, unit, n_units):
+    """Per unit: do its rows disagree on any key's value (rollout-shared under gdpo)."""
+    width = int(reward_parts.shape[0])
+    ids = (unit.reshape(1, -1) + (xp.arange(width) * n_units).reshape(-1, 1)).reshape(-1)
+    values = reward_parts.reshape(-1)
+    n = n_units * width
+    differs = xp.segment(ids, n, values, "amin") != xp.segment(ids, n, values, "amax")
+    return xp.count(xp.arange(n) % n_units, n_units, weights=differs) > 0
+
+
+def _gdpo_advantages(xp, inp, config, parts: _Parts, unit, n_units, unit_group, group, n_groups, group_batch,
+                     uniform_group, group_problem, drop_uniform_groups):
+    """GDPO: per-key grpo advantages, their weighted sum S per unit, then per batch token-weighted whitening
+    over the rows that are written. Returns (row advantages float32, group problems)."""
+    per_key = _unit_advantages(xp, parts.values, parts.flat_group, n_groups * parts.width, parts.k, parts.uniform,
+                               config, "grpo", config.std_normalization).reshape(parts.width, -1)
+    weights = config.weights
+    score = per_key[0] * weights[0]
+    for j in range(1, parts.width):  # S = sum of w_j * A_j in key order (a loop over keys, not rows)
+        score = score + per_key[j] * weights[j]
+    finite = xp.isfinite(score)
+    if not bool(finite.all()):
+        bad_score = _any_per_segment(xp, unit_group, n_groups, ~finite)
+        group_problem = xp.where((group_problem == 0) & bad_score, CODE["non-finite-advantage"], group_problem)
+
+    # the batch-level step, over written rows: live groups, less the filtered uniform ones
+    n_rows, n_batches, batch = unit.shape[0], inp.num_batches, inp.batch
+    row_score = xp.take(score, unit)
+    tokens = xp.astype(inp.trainable, "float64")
+    written_group = group_problem == 0
+    if drop_uniform_groups:
+        written_group = written_group & ~uniform_group
+    every_row_written = bool(written_group.all())  # the usual case: no masking pass
+    if not every_row_written:
+        zeros = xp.zeros(n_rows, "float64")
+        written = xp.take(written_group, group)
+        row_score = xp.where(xp.take(group_problem == 0, group), row_score, zeros)  # dead groups' S may be NaN
+        tokens = xp.where(written, tokens, zeros)
+    total = xp.segment(batch, n_batches, tokens, "sum")  # M
+    rows_written = xp.count(batch, n_batches) if every_row_written else xp.count(batch, n_batches, weights=written)
+    too_few = (rows_written > 0) & (total < 2)
+    if bool(too_few.any()):
+        group_problem = xp.where((group_problem == 0) & xp.take(too_few, group_batch),
+                                 CODE["gdpo-too-few-tokens"], group_problem)
+    mean = xp.segment(batch, n_batches, tokens * row_score, "sum") / (total + WHITEN_EPS)
+    centred = row_score - xp.take(mean, batch)
+    squares = tokens * centred * centred  # 0 where a row is not written (tokens 0)
+    variance = (xp.segment(batch, n_batches, squares, "sum") / (total + WHITEN_EPS)) * (total / (total - 1))
+    advantage = xp.astype(centred / xp.take(xp.sqrt(variance + WHITEN_EPS), batch), "float32")
+    finite = xp.isfinite(advantage)
+    if not bool(finite.all()):
+        non_finite = _any_per_segment(xp, group, n_groups, ~finite)
+        group_problem = xp.where((group_problem == 0) & non_finite, CODE["non-finite-advantage"], group_problem)
+    return advantage, group_problem
 
 
 def _rollout_ids(xp, group, n_groups, rollout_key, has_key):

@@ -47,6 +47,10 @@ class NumpyArrays:
     def take(self, values, index):
         return values.take(index)
 
+    def take_columns(self, values, index):
+        """values[:, index] of a 2-D array."""
+        return values.take(index, axis=1)
+
     def segment(self, ids, n, values, reduce):
         """Reduce values over segment ids in [0, n); a segment no id reaches holds the identity."""
         if reduce == "sum":
@@ -136,6 +140,9 @@ class TorchArrays:
 
     def take(self, values, index):
         return values.index_select(0, index)  # several times faster than values[index]
+
+    def take_columns(self, values, index):
+        return values.index_select(1, index)
 
     def segment(self, ids, n, values, reduce):
         if reduce == "sum":

@@ -1,16 +1,25 @@
 """What the numeric core needs to know about a run: plain values, no Beam."""
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 SEMANTICS = ("legacy-reshape", "group-index", "rollout-mainstream", "rollout-shared")
 SEMANTICS_VERSION = {name: 1 for name in SEMANTICS}
+# Version 2 of the contract (SEMANTICS.md, "Estimators from the wider field"): a run that uses any of its
+# estimators or options records this version; every other run keeps its semantics' version (and fingerprint).
+CONTRACT_V2 = 2
 ROW_UNIT_SEMANTICS = ("legacy-reshape", "group-index")
 MAINSTREAM_POLICIES = ("most-trainable", "last", "shared")
 STD_ESTIMATORS = ("grpo", "gspo", "cispo")
 CENTRE_ONLY_ESTIMATORS = ("reinforce_plus_plus_baseline", "dr_grpo")
 RLOO = "rloo"
+GRPO_PASSK, OPO, GPG, REMAX, GDPO = "grpo_passk", "opo", "gpg", "remax", "gdpo"
+WIDER_FIELD_ESTIMATORS = (GRPO_PASSK, OPO, GPG, REMAX, GDPO)
+BATCH_LEVEL_ESTIMATORS = (GPG, GDPO)  # a batch-level step: they need a whole batch in one call
+SINGLETON_RULES = ("zero", "raw")     # one-unit groups: advantage 0, or mean 0 / std 1 (verl)
 STD_EPS = 1e-6
+WHITEN_EPS = 1e-8                     # verl's masked_whiten / masked_mean
 
 
 @dataclass(frozen=True)
@@ -22,6 +31,10 @@ class CoreConfig:
     mainstream: str | None = None  # None: the semantics' default
     n_samples_per_prompt: int | None = None
     rollout_batch_size: int | None = None
+    # version 2 of the contract; each default leaves the run as it was (and out of its record)
+    singleton_groups: str = "zero"
+    reward_keys: tuple[str, ...] | None = None      # the reward is a struct/map: these numeric fields
+    reward_weights: tuple[float, ...] | None = None  # None: all 1
 
     def __post_init__(self):
         if self.semantics not in SEMANTICS:
@@ -38,6 +51,34 @@ class CoreConfig:
                 raise ValueError(f"{name} must be positive, got {value}")
         if not self.estimator or not self.estimator.replace("_", "").isalnum():
             raise ValueError(f"estimator name {self.estimator!r} is not a valid identifier")
+        if self.singleton_groups not in SINGLETON_RULES:
+            raise ValueError(f"--singleton-groups {self.singleton_groups!r}: choose one of "
+                             f"{', '.join(SINGLETON_RULES)}")
+        if self.singleton_groups != "zero" and self.semantics == "legacy-reshape":
+            raise ValueError("--singleton-groups raw is not accepted with legacy-reshape, which stays as it was")
+        self._check_reward_fields()
+
+    def _check_reward_fields(self):
+        # lists from the command line or a run config become tuples: the config stays hashable and frozen
+        if self.reward_keys is not None:
+            keys = tuple(str(k) for k in self.reward_keys)
+            object.__setattr__(self, "reward_keys", keys)
+            if not keys or any(not k for k in keys):
+                raise ValueError(f"--reward-keys needs one or more non-empty names, got {','.join(keys)!r}")
+            if len(set(keys)) != len(keys):
+                raise ValueError(f"--reward-keys names a field twice: {','.join(keys)}")
+        if self.reward_weights is not None:
+            weights = tuple(float(w) for w in self.reward_weights)
+            object.__setattr__(self, "reward_weights", weights)
+            if self.reward_keys is None:
+                raise ValueError("--reward-weights needs --reward-keys (one weight per key)")
+            if len(weights) != len(self.reward_keys):
+                raise ValueError(f"--reward-weights has {len(weights)} value(s) but --reward-keys names "
+                                 f"{len(self.reward_keys)} field(s)")
+            if not all(math.isfinite(w) for w in weights):
+                raise ValueError(f"--reward-weights must be finite numbers, got {','.join(map(str, weights))}")
+        if self.estimator == GDPO and self.reward_keys is None:
+            raise ValueError("--estimator gdpo needs --reward-keys K1,K2,... (the reward is a struct/map)")
 
     @property
     def row_units(self) -> bool:
@@ -58,12 +99,32 @@ class CoreConfig:
     @property
     def normalizes(self) -> bool:
         return self.rewards_normalization and self.estimator in (
-            STD_ESTIMATORS + CENTRE_ONLY_ESTIMATORS + (RLOO,))
+            STD_ESTIMATORS + CENTRE_ONLY_ESTIMATORS + (RLOO,) + WIDER_FIELD_ESTIMATORS)
 
     @property
     def divides_by_std(self) -> bool:
-        return self.normalizes and self.std_normalization and self.estimator in STD_ESTIMATORS
+        """Group statistics divide by std: grpo/gspo/cispo, and grpo_passk and gdpo (per key), with the std flag."""
+        return self.normalizes and self.std_normalization and self.estimator in (
+            STD_ESTIMATORS + (GRPO_PASSK, GDPO))
+
+    @property
+    def raw_singletons(self) -> bool:
+        """One-unit groups take mean 0 and std 1 (verl) instead of advantage 0."""
+        return self.singleton_groups == "raw"
+
+    @property
+    def weights(self) -> tuple[float, ...] | None:
+        """One weight per reward key (all 1 when not given), or None without --reward-keys."""
+        if self.reward_keys is None:
+            return None
+        return self.reward_weights if self.reward_weights is not None else (1.0,) * len(self.reward_keys)
+
+    @property
+    def uses_contract_v2(self) -> bool:
+        """Any estimator or option of version 2 of the contract is in use."""
+        return (self.estimator in WIDER_FIELD_ESTIMATORS or self.singleton_groups != "zero"
+                or self.reward_keys is not None or self.reward_weights is not None)
 
     @property
     def version(self) -> int:
-        return SEMANTICS_VERSION[self.semantics]
+        return CONTRACT_V2 if self.uses_contract_v2 else SEMANTICS_VERSION[self.semantics]

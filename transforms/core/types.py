@@ -11,7 +11,7 @@ from typing import Any
 
 from .arrays import to_device
 
-Array = Any  # numpy.ndarray or torch.Tensor, 1-D (see arrays.py)
+Array = Any  # numpy.ndarray or torch.Tensor, 1-D (reward_parts: 2-D) (see arrays.py)
 
 
 @dataclass
@@ -28,6 +28,10 @@ class CoreInput:
     num_batches: int
     # per batch: explicit prompt_group_sizes (1-D int64) or None
     prompt_group_sizes: list[Array | None]
+    # version 2 of the contract, present only when the labeling needs them
+    reward_parts: Array | None = None  # float64 [K, N]: row i's value of --reward-keys field j at [j, i] (gdpo);
+    #                                    any value where row_problem != 0
+    baseline: Array | None = None      # float64 [N] the --baseline-column value (remax); NaN when unusable
 
     @property
     def num_rows(self) -> int:
@@ -40,7 +44,7 @@ class CoreInput:
             value = getattr(self, f.name)
             if f.name == "prompt_group_sizes":
                 value = [None if s is None else to_device(s, device) for s in value]
-            elif f.name != "num_batches":
+            elif f.name != "num_batches" and value is not None:
                 value = to_device(value, device)
             moved[f.name] = value
         return CoreInput(**moved)

@@ -57,6 +57,15 @@ def side_text(side: dict) -> str:
         parts.append(f"batch size {side['rollout_batch_size']}")
     if side["drop_uniform_groups"]:
         parts.append("uniform groups dropped")
+    # version 2 options: in a record only when not at their default
+    if side.get("singleton_groups"):
+        parts.append(f"one-unit groups {side['singleton_groups']}")
+    if side.get("reward_keys"):
+        weights = side.get("reward_weights")
+        parts.append(f"reward keys {','.join(side['reward_keys'])}"
+                     + (f" weighted {','.join(f'{w:g}' for w in weights)}" if weights else ""))
+    if side.get("baseline_column"):
+        parts.append(f"baseline {side['baseline_column']}")
     return ", ".join(parts)
 
 

@@ -8,7 +8,7 @@ import pyarrow as pa
 
 import schemas
 from transforms.core.advantages import compute_advantages
-from transforms.core.reasons import REASONS
+from transforms.core.reasons import CODE, REASONS
 from transforms.core.types import CoreInput
 from transforms.lib.columns import fill, flag
 from transforms.lib.dead_letters import records
@@ -56,7 +56,7 @@ def label_batch(batch_key: str, parts: list[tuple[str, pa.Table]], prompt_group_
     rollout_key = slim.column("rollout_key")
     reward = fill(slim.column("reward"), 0.0).astype(np.float64)
     inp = core_input_from_slim(slim, np.zeros(n, dtype=np.int64), [prompt_group_sizes], problem)
-    out = compute_advantages(inp.to(device), config).to("cpu")
+    out = compute_advantages(inp.to(device), config, drop_uniform_groups).to("cpu")
 
     dead_code = out.problem
     live = dead_code == 0
@@ -81,7 +81,7 @@ def label_batch(batch_key: str, parts: list[tuple[str, pa.Table]], prompt_group_
 
     dead_rows = np.flatnonzero(~live)
     messages = _dead_messages(batch_key, dead_rows, dead_code, problem, details, source_of, rows,
-                              prompt_group, reward, rollout_key, config)
+                              prompt_group, reward, rollout_key, config, labeling, out, slim)
     dead = records(batch_key, [source_of(i) for i in dead_rows], rows[dead_rows],
                     [REASONS[c] for c in dead_code[dead_rows]], messages)
     filtered_rows = np.flatnonzero(live & uniform) if drop_uniform_groups else np.zeros(0, dtype=np.int64)
@@ -100,6 +100,14 @@ def core_input_from_slim(slim: pa.Table, batch_ids: np.ndarray, prompt_group_siz
     """The core's flat arrays (numpy, on the CPU) from slim rows sorted by (batch, row order)."""
     group_index, rollout_key = slim.column("group_index"), slim.column("rollout_key")
     trainable = np.ascontiguousarray(fill(slim.column("trainable"), 0), dtype=np.int64)
+    reward_parts = baseline = None
+    if "reward_parts" in slim.column_names:
+        lists = slim.column("reward_parts").combine_chunks()
+        width = len(lists[0]) if len(lists) else 0
+        values = lists.flatten().to_numpy(zero_copy_only=False)
+        reward_parts = np.ascontiguousarray(np.asarray(values, dtype=np.float64).reshape(len(lists), width).T)
+    if "baseline" in slim.column_names:
+        baseline = np.ascontiguousarray(fill(slim.column("baseline"), np.nan), dtype=np.float64)
     return CoreInput(
         batch=np.ascontiguousarray(batch_ids, dtype=np.int64),
         reward=np.ascontiguousarray(fill(slim.column("reward"), 0.0), dtype=np.float64),
@@ -112,17 +120,29 @@ def core_input_from_slim(slim: pa.Table, batch_ids: np.ndarray, prompt_group_siz
         row_problem=np.ascontiguousarray(problem, dtype=np.int64),
         num_batches=len(prompt_group_sizes),
         prompt_group_sizes=[None if s is None else np.asarray(s, dtype=np.int64) for s in prompt_group_sizes],
+        reward_parts=reward_parts,
+        baseline=baseline,
     )
 
 
 def _dead_messages(batch_key, dead_rows, dead_code, row_problem, details, source_of, rows, prompt_group,
-                   reward, rollout_key, config):
+                   reward, rollout_key, config, labeling=None, out=None, slim=None):
     """A sentence per dead row naming the values involved (dead rows only: rare)."""
     first_bad_in_group = {}
     for i in np.flatnonzero(row_problem != 0):
         first_bad_in_group.setdefault(prompt_group[i], i)
     keys = rollout_key.to_pylist()
     messages = []
+    units_of_group = {}  # version 2 reasons name the group's units (mainstream rows)
+    dead_reasons = set(dead_code[dead_rows].tolist())
+    if out is not None and dead_reasons & {CODE["passk-singleton-group"], CODE["missing-baseline"]}:
+        for j in np.flatnonzero(out.mainstream):
+            units_of_group.setdefault(prompt_group[j], []).append(j)
+    baselines = (slim.column("baseline").to_pylist() if CODE["missing-baseline"] in dead_reasons
+                 and slim is not None and "baseline" in slim.column_names else None)
+    too_few = dead_code == CODE["gdpo-too-few-tokens"]
+    too_few_tokens = (int(np.asarray(slim.column("trainable"))[too_few].sum())
+                      if slim is not None and too_few.any() else 0)
     for i in dead_rows:
         reason = REASONS[dead_code[i]]
         where = f"prompt group {prompt_group[i]} of {batch_key}"
@@ -142,6 +162,21 @@ def _dead_messages(batch_key, dead_rows, dead_code, row_problem, details, source
             why = ("a one-row group divided by std + 1e-6 is NaN, as in the original" if size == 1 else
                    f"its {size} rows' statistics overflow float32")
             messages.append(f"{reason}: {where} gives a non-finite advantage under {config.semantics} ({why})")
+        elif reason == "passk-singleton-group":
+            [j] = units_of_group[prompt_group[i]]
+            messages.append(f"{reason}: {where} has one unit (row {rows[j]} of {source_of(j)}, reward "
+                            f"{float(reward[j])!r}); grpo_passk needs two or more to take r_max - r_2nd")
+        elif reason == "missing-baseline":
+            column = labeling.baseline_column if labeling is not None else None
+            bad = [j for j in units_of_group[prompt_group[i]] if baselines is None or baselines[j] is None]
+            j = bad[0] if bad else i
+            messages.append(f"{reason}: {where} is dead-lettered because the baseline of its unit at row {rows[j]} "
+                            f"of {source_of(j)} cannot be used: {details.get(int(j), f'{column!r} is missing')} "
+                            f"({len(bad)} unit(s) of the group without a baseline; remax needs r - b)")
+        elif reason == "gdpo-too-few-tokens":
+            messages.append(f"{reason}: the whole batch {batch_key} is dead-lettered: its {int(too_few.sum())} "
+                            f"row(s) left to write have {too_few_tokens} trainable token(s) in all; GDPO's "
+                            "token-weighted whitening needs M >= 2 (it scales by M / (M - 1))")
         else:
             j = first_bad_in_group.get(prompt_group[i])
             cause = f"row {rows[j]} of {source_of(j)}: {details.get(int(j), reason)}" if j is not None else reason

@@ -15,7 +15,7 @@ import json
 from dataclasses import dataclass, field
 
 import schemas
-from transforms.core.config import CoreConfig
+from transforms.core.config import REMAX, CoreConfig
 
 PROJECT = "rollout-relabel"
 # Generous: a .pt dump is read whole into memory, a Parquet file one file group at a time.
@@ -31,11 +31,37 @@ def project_version() -> str:
 
 
 @dataclass(frozen=True)
+class RewardFields:
+    """Where a row's reward value (and remax's baseline) is read from: what slim extraction needs."""
+    key: str | None = None                       # --reward-key
+    keys: tuple[str, ...] | None = None          # --reward-keys: the value is the weighted sum of these
+    weights: tuple[float, ...] | None = None     # one per key (all 1 when not given)
+    baseline_column: str | None = None           # --baseline-column: a column or a dotted path into one
+
+
+# Labeling options of version 2 of the contract: left out of a run's record while they have their default,
+# so that the fingerprint of every run made without them stays as it was.
+V2_DEFAULTS = {"singleton_groups": "zero", "reward_keys": None, "reward_weights": None, "baseline_column": None}
+
+
+@dataclass(frozen=True)
 class Labeling:
     """How training rows are labelled: the numeric core's config plus what the Arrow layer decides."""
     core: CoreConfig = field(default_factory=CoreConfig)
     reward_key: str | None = None        # the reward is a struct/map: use this numeric field
     drop_uniform_groups: bool = False    # rows of groups whose rewards are all equal go to filtered.parquet
+    baseline_column: str | None = None   # remax: each unit's baseline (a column or a dotted path into one)
+
+    def __post_init__(self):
+        if self.reward_key is not None and self.core.reward_keys is not None:
+            raise ValueError("--reward-key and --reward-keys exclude each other (one key: --reward-keys K)")
+        if self.baseline_column is not None and not self.baseline_column.strip(". "):
+            raise ValueError(f"--baseline-column {self.baseline_column!r} names no column")
+        if self.core.normalizes and self.core.estimator == REMAX and self.baseline_column is None:
+            raise ValueError("--estimator remax needs --baseline-column COL (e.g. metadata.remax_baseline_reward)")
+
+    def reward_fields(self) -> RewardFields:
+        return RewardFields(self.reward_key, self.core.reward_keys, self.core.weights, self.baseline_column)
 
     @staticmethod
     def option_names() -> tuple[str, ...]:
@@ -61,8 +87,13 @@ class Labeling:
         return flat
 
     def record(self) -> dict:
-        """What made every training row: each option, and the semantics' version."""
-        return dict(self.values(), semantics_version=self.core.version)
+        """What made every training row: each option, and the semantics' version (2 when an estimator
+        or option of version 2 of the contract is used). Version 2 options are left out while they have
+        their default: a run that does not use them keeps its record and fingerprint. Values as JSON
+        reads them back (lists, not tuples), so a record compares equal to the one stored."""
+        record = {k: list(v) if isinstance(v, tuple) else v for k, v in self.values().items()
+                  if not (k in V2_DEFAULTS and v == V2_DEFAULTS[k])}
+        return dict(record, semantics_version=self.core.version)
 
 
 @dataclass(frozen=True)
@@ -115,6 +146,8 @@ class Side:
 
     # the reward key is the run's, not a side's: it is not part of a side's record
     NOT_PER_SIDE = ("reward_key",)
+    # what the reward value is, also the run's (read once for both sides): no spec key, but in the record
+    RUN_WIDE = ("reward_keys", "reward_weights", "baseline_column")
 
     def record(self) -> dict:
         record = {k: v for k, v in self.labeling.record().items() if k not in self.NOT_PER_SIDE}
@@ -131,6 +164,10 @@ class CompareSettings:
     reward_key: str | None = None
     device: str = "auto"
     progress: bool | None = None
+
+    def reward_fields(self) -> RewardFields:
+        """Read once for both sides: the reward options are the run's, not a side's (both sides carry them)."""
+        return dataclasses.replace(self.a.labeling.reward_fields(), key=self.reward_key)
 
 
 @dataclass(frozen=True)

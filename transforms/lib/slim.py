@@ -5,6 +5,8 @@ position matters for positional grouping) and kills its prompt group later.
 """
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -21,6 +23,7 @@ from transforms.lib.columns import (
     usable_columns,
 )
 from transforms.lib.errors import BadFile
+from transforms.lib.settings import RewardFields
 
 
 def batch_key_of(source: str, step) -> str:
@@ -33,18 +36,37 @@ FLOAT32_MAX = float(np.finfo(np.float32).max)
 # A response longer than this is not a real rollout; building its mask would exhaust memory.
 MAX_RESPONSE_TOKENS = 1 << 24
 
-def extract_slim(table: pa.Table, source: str, reward_key: str | None) -> list[tuple[str, pa.Table]]:
+def slim_input_columns(reward: RewardFields | None = None) -> tuple[str, ...]:
+    """The input columns slim extraction reads: the interpreted ones, and the baseline's column."""
+    if reward is None or reward.baseline_column is None:
+        return schemas.SLIM_INPUT_COLUMNS
+    path = reward.baseline_column
+    return schemas.SLIM_INPUT_COLUMNS + tuple(dict.fromkeys((path, path.split(".", 1)[0])))
+
+
+def extract_slim(table: pa.Table, source: str, reward: RewardFields | str | None = None
+                 ) -> list[tuple[str, pa.Table]]:
     """Split a file's rows by batch and reduce them to the slim columns the core needs.
 
+    `reward`: where the reward value comes from (RewardFields; a plain string is a --reward-key).
     Row problems are found here, vectorized; a bad row stays in its batch (its
     position matters for positional grouping) and kills its prompt group later.
     """
+    fields = reward if isinstance(reward, RewardFields) else RewardFields(key=reward)
     n = table.num_rows
     problem = np.zeros(n, dtype=np.int64)
     details: dict[int, str] = {}
     table = usable_columns(table, source, problem, details)
 
-    reward = _reward_values(table, reward_key, problem, details)
+    parts = None
+    if fields.keys is None:
+        reward = _reward_values(table, fields.key, problem, details)
+    else:
+        parts = _reward_parts(table, fields.keys, problem, details)
+        reward = _weighted_sum(parts, fields.weights or (1.0,) * len(fields.keys), fields.keys, problem, details)
+    # rewards and advantages are written as float32: a value beyond its range would be written as inf
+    flag(problem, details, np.isfinite(reward) & (np.abs(reward) > FLOAT32_MAX), "value-too-large",
+         lambda i: f"reward {reward[i]!r} does not fit float32 (largest {FLOAT32_MAX:.6g})")
     response_length = int_column(table, "response_length")
     mask = table.column("loss_mask").combine_chunks() if "loss_mask" in table.column_names else None
     has_mask = np.zeros(n, dtype=bool) if mask is None else np.asarray(mask.is_valid())
@@ -72,10 +94,13 @@ def extract_slim(table: pa.Table, source: str, reward_key: str | None) -> list[t
     rollout_key = pa.array(np.where(rollout_id[1], rollout_id[0], index[0]),
                            mask=~(rollout_id[1] | index[1]))
     group_index = optional_int(table, "group_index")
+    baseline = None
+    if fields.baseline_column is not None:  # after every row problem: a problem's text wins its row's detail
+        baseline = _baseline_values(table, fields.baseline_column, problem, details)
     detail = [None] * n
     for i, text in details.items():
         detail[i] = text
-    slim = pa.table({
+    columns = {
         "row": pa.array(np.arange(n, dtype=np.int64)),
         "reward": pa.array(np.where(problem == 0, reward, 0.0)),
         "trainable": pa.array(trainable.astype(np.int64)),
@@ -83,7 +108,15 @@ def extract_slim(table: pa.Table, source: str, reward_key: str | None) -> list[t
         "rollout_key": rollout_key,
         "problem": pa.array(problem),
         "detail": pa.array(detail, pa.string()),
-    }, schema=schemas.SLIM)
+    }
+    if parts is not None:
+        width = parts.shape[1]
+        kept = np.where((problem == 0)[:, None], parts, 0.0).reshape(-1)
+        columns["reward_parts"] = pa.ListArray.from_arrays(pa.array(np.arange(n + 1, dtype=np.int32) * width),
+                                                           pa.array(kept))
+    if baseline is not None:
+        columns["baseline"] = pa.array(baseline, mask=~np.isfinite(baseline))
+    slim = pa.table(columns, schema=schemas.slim_schema(parts is not None, baseline is not None))
 
     if "step" not in table.column_names:
         return [(batch_key_of(source, None), slim)]
@@ -140,9 +173,6 @@ def _reward_values(table, reward_key, problem, details):
          lambda i: f"reward {values[i].as_py()} is an integer beyond 2**53: no float holds it exactly")
     flag(problem, details, ~null & ~np.isfinite(numbers), "non-finite-reward",
          lambda i: f"reward is {numbers[i]}")
-    # rewards and advantages are written as float32: a value beyond its range would be written as inf
-    flag(problem, details, np.isfinite(numbers) & (np.abs(numbers) > FLOAT32_MAX), "value-too-large",
-         lambda i: f"reward {numbers[i]!r} does not fit float32 (largest {FLOAT32_MAX:.6g})")
     return numbers
 
 
@@ -155,6 +185,128 @@ def _beyond_float64_integers(values) -> np.ndarray:
     if pa.types.is_signed_integer(kind):
         beyond = pc.or_(beyond, pc.less(values, pa.scalar(-2 ** 53, kind)))
     return fill(beyond, False).astype(bool)
+
+
+def _reward_parts(table, keys, problem, details) -> np.ndarray:
+    """float64 [n, K]: each --reward-keys field of the struct/map reward (NaN where unusable, flagged)."""
+    n = table.num_rows
+    parts = np.full((n, len(keys)), np.nan)
+    if "reward" not in table.column_names:
+        flag(problem, details, np.ones(n, dtype=bool), "missing-column", lambda i: "the file has no `reward` column")
+        return parts
+    column = table.column("reward")
+    kind = column.type
+    null = np.asarray(column.is_null())
+    if not (pa.types.is_struct(kind) or pa.types.is_map(kind)):
+        flag(problem, details, ~null, "missing-reward-key",
+             lambda i: f"--reward-keys {','.join(keys)} given but reward has type {kind}")
+        flag(problem, details, null, "non-numeric-reward", lambda i: "reward is null")
+        return parts
+    for j, key in enumerate(keys):
+        if pa.types.is_struct(kind) and kind.get_field_index(key) < 0:
+            names = ", ".join(f.name for f in kind)
+            flag(problem, details, ~null, "missing-reward-key",
+                 lambda i, key=key, names=names: f"reward struct has no field {key!r} (fields: {names})")
+            continue
+        values = (pc.struct_field(column, key) if pa.types.is_struct(kind)
+                  else pc.map_lookup(column, pa.scalar(key, kind.key_type), "first"))
+        if not _is_number(values.type):
+            flag(problem, details, ~null & np.asarray(values.is_valid()), "missing-reward-key",
+                 lambda i, key=key, t=values.type: f"reward[{key!r}] has type {t}, not a number")
+        else:
+            parts[:, j] = fill(pc.cast(values, pa.float64()), np.nan)
+        absent = np.asarray(values.is_null()) & ~null
+        flag(problem, details, absent, "missing-reward-key",
+             lambda i, key=key: f"reward[{key!r}] is null" if pa.types.is_struct(kind)
+             else f"reward map has no key {key!r}")
+    flag(problem, details, null, "non-numeric-reward", lambda i: "reward is null")
+    bad = ~np.isfinite(parts)
+    flag(problem, details, bad.any(axis=1), "non-finite-reward",
+         lambda i: "; ".join(f"reward[{keys[j]!r}] is {parts[i, j]}" for j in np.flatnonzero(bad[i])))
+    return parts
+
+
+def _weighted_sum(parts, weights, keys, problem, details) -> np.ndarray:
+    """The reward value under --reward-keys: sum of w_j * reward[K_j], added in key order (float64)."""
+    total = np.zeros(parts.shape[0])
+    with np.errstate(all="ignore"):  # an overflow is flagged below
+        for j, weight in enumerate(weights):  # a loop over keys, not rows
+            total += weight * parts[:, j]
+    flag(problem, details, ~np.isfinite(total), "non-finite-reward",
+         lambda i: f"the weighted sum of reward[{', '.join(map(repr, keys))}] is {total[i]}")
+    return total
+
+
+def _baseline_values(table, path, problem, details) -> np.ndarray:
+    """float64 [n]: the --baseline-column value, NaN where null, non-numeric or absent.
+
+    Not a row problem: only a unit's mainstream baseline counts, and the core decides which row that
+    is (missing-baseline). Rows without a problem get a detail naming the value, for that message.
+    """
+    n = table.num_rows
+    values, why = _lookup_path(table, path)
+    if values is None:
+        numbers = np.full(n, np.nan)
+        _note(problem, details, np.ones(n, dtype=bool), lambda i: why)
+        return numbers
+    if isinstance(values, np.ndarray):  # parsed from JSON text
+        numbers = values
+    elif _is_number(values.type):
+        numbers = fill(pc.cast(values, pa.float64()), np.nan)
+    else:
+        numbers = np.full(n, np.nan)
+        kind = values.type
+        _note(problem, details, np.asarray(values.is_valid()), lambda i: f"baseline {path!r} has type {kind}")
+    _note(problem, details, np.isnan(numbers), lambda i: f"baseline {path!r} is null, absent or not a number")
+    _note(problem, details, np.isinf(numbers), lambda i: f"baseline {path!r} is {numbers[i]}")
+    return numbers
+
+
+def _note(problem, details, where, describe):
+    """A detail for rows without a problem (and without a detail yet); their problem stays 0."""
+    for i in np.flatnonzero(where & (problem == 0)):
+        details.setdefault(int(i), describe(int(i)))
+
+
+def _lookup_path(table, path):
+    """The values at `path`: a column, or a dotted path into a struct/map (or JSON text) column.
+
+    Returns (Arrow array or float64 numpy array, None) or (None, why it cannot be read)."""
+    if path in table.column_names:
+        return table.column(path).combine_chunks(), None
+    top, *steps = path.split(".")
+    if top not in table.column_names:
+        return None, f"the file has no column {top!r} (for baseline {path!r})"
+    values = table.column(top).combine_chunks()
+    for depth, step in enumerate(steps):
+        kind = values.type
+        if pa.types.is_struct(kind):
+            if kind.get_field_index(step) < 0:
+                where = ".".join([top] + steps[:depth])
+                return None, f"{where} has no field {step!r} (fields: {', '.join(f.name for f in kind)})"
+            values = pc.struct_field(values, step)
+        elif pa.types.is_map(kind) and (pa.types.is_string(kind.key_type) or pa.types.is_large_string(kind.key_type)):
+            values = pc.map_lookup(values, pa.scalar(step, kind.key_type), "first")
+        elif pa.types.is_string(kind) or pa.types.is_large_string(kind):
+            return _json_path(values, steps[depth:]), None  # stored as JSON text (see readers.py)
+        else:
+            return None, f"{'.'.join([top] + steps[:depth])} has type {kind}: no field {step!r} in it"
+    return values, None
+
+
+def _json_path(texts, steps) -> np.ndarray:
+    """Values read as JSON text (mixed-type dicts of .pt dumps): a loop over rows, only for that case."""
+    out = np.full(len(texts), np.nan)
+    for i, text in enumerate(texts.to_pylist()):
+        try:
+            value = json.loads(text) if text is not None else None
+            for step in steps:
+                value = value.get(step) if isinstance(value, dict) else None
+        except ValueError:
+            value = None
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            out[i] = float(value)
+    return out
 
 
 def _is_number(kind) -> bool:

@@ -10,9 +10,9 @@ from transforms.core.types import CoreInput, CoreOutput
 DEVICES = ["cpu", TORCH_CPU]
 
 
-def relabel_on(inp: CoreInput, config, device: str) -> CoreOutput:
+def relabel_on(inp: CoreInput, config, device: str, drop_uniform_groups: bool = False) -> CoreOutput:
     """The core on `device`, its output back as numpy arrays."""
-    return compute_advantages(inp.to(device), config).to("cpu")
+    return compute_advantages(inp.to(device), config, drop_uniform_groups).to("cpu")
 
 
 def reasons(out: CoreOutput) -> list[str]:
@@ -21,7 +21,8 @@ def reasons(out: CoreOutput) -> list[str]:
 
 
 def core_input(rows, *, batches=None, sizes=None):
-    """rows: dicts with reward and optional trainable, group_index, rollout_id, index, problem, batch."""
+    """rows: dicts with reward and optional trainable, group_index, rollout_id, index, problem, batch,
+    parts (gdpo: the row's per-key values) and baseline (remax; None: missing)."""
     def column(name, default, dtype):
         return np.array([default if r.get(name) is None else r[name] for r in rows], dtype=dtype)
 
@@ -42,4 +43,7 @@ def core_input(rows, *, batches=None, sizes=None):
         num_batches=num_batches,
         prompt_group_sizes=[None if s is None else np.array(s, dtype=np.int64)
                             for s in (sizes or [None] * num_batches)],
+        reward_parts=(np.ascontiguousarray(np.array([r.get("parts") for r in rows], dtype=np.float64).T)
+                      if rows and rows[0].get("parts") is not None else None),
+        baseline=np.array([np.nan if r.get("baseline") is None else r["baseline"] for r in rows], dtype=np.float64),
     )

@@ -296,3 +296,130 @@ def test_wrong_sizes_of_one_batch_do_not_leak_into_the_next(run):
     assert reasons(out) == ["group-sizes-mismatch"] * 8 + [""] * 4
     assert out.advantage.tolist()[8:] == [0.5, -0.5, 0.5, -0.5]
     assert out.prompt_group.tolist()[8:] == [0, 0, 0, 0]
+
+
+# ---- estimators from the wider field (version 2 of the contract), exact numbers
+
+def gi(reward, group=0, trainable=1, **extra):
+    return dict(reward=reward, group_index=group, trainable=trainable, **extra)
+
+
+# group 0: rewards [1, 0, 2] with 3, 1, 2 trainable tokens; group 1: one row, reward 3
+WIDER = [gi(1.0, trainable=3), gi(0.0, trainable=1), gi(2.0, trainable=2), gi(3.0, group=1)]
+STD_1_EPS = 1 / (1 + 1e-6)  # std of [1, 0, 2] is 1
+
+
+@pytest.mark.parametrize("estimator,singletons,expected", [
+    # one-unit rule: zero gives 0; raw takes mean 0 / std 1 (verl)
+    ("grpo", "zero", [0.0, -STD_1_EPS, STD_1_EPS, 0.0]),
+    ("grpo", "raw", [0.0, -STD_1_EPS, STD_1_EPS, 3 * STD_1_EPS]),
+    ("dr_grpo", "raw", [0.0, -1.0, 1.0, 3.0]),
+    ("rloo", "zero", [0.0, -1.5, 1.5, 0.0]),
+    ("rloo", "raw", [0.0, -1.5, 1.5, 3.0]),
+    # opo: b = (3*1 + 1*0 + 2*2) / 6 = 7/6
+    ("opo", "zero", [-1 / 6, -7 / 6, 5 / 6, 0.0]),
+    ("opo", "raw", [-1 / 6, -7 / 6, 5 / 6, 3.0]),
+    # gpg: B = 4 units, m = 3 non-zero values: alpha = 4/3
+    ("gpg", "zero", [0.0, -4 / 3, 4 / 3, 0.0]),
+    ("gpg", "raw", [0.0, -4 / 3, 4 / 3, 4.0]),
+])
+def test_wider_estimators_and_the_one_unit_rule(estimator, singletons, expected, run):
+    out = run(WIDER, semantics="group-index", estimator=estimator, singleton_groups=singletons)
+    assert out.problem.tolist() == [0] * 4
+    assert out_close(out.advantage, expected), out.advantage.tolist()
+
+
+def test_opo_group_without_trainable_tokens_is_zero(run):
+    rows = [gi(1.0, trainable=0), gi(0.0, trainable=0)]
+    for singletons in ("zero", "raw"):
+        out = run(rows, semantics="group-index", estimator="opo", singleton_groups=singletons)
+        assert out.advantage.tolist() == [0.0, 0.0]
+
+
+def test_gpg_alpha_is_per_batch_and_skips_dead_groups(run):
+    rows = [dict(gi(1.0), batch=0), dict(gi(0.0), batch=0), dict(gi(0.0, group=1), batch=0),
+            dict(gi(0.0, group=1), batch=0), dict(gi(5.0, group=2, problem="mask-length"), batch=0),
+            dict(gi(1.0), batch=1), dict(gi(3.0), batch=1)]
+    out = run(rows, semantics="group-index", estimator="gpg")
+    # batch 0: B = 4 live units, m = 1 non-zero: alpha 4; batch 1: alpha 2/2 = 1
+    assert out.advantage.tolist() == [2.0, -2.0, 0.0, 0.0, 0.0, -1.0, 1.0]
+    assert reasons(out) == ["", "", "", "", "mask-length", "", ""]
+
+
+@pytest.mark.parametrize("rewards,std,expected", [
+    ([1.0, 0.0, 2.0], True, [0.0, 0.0, STD_1_EPS]),
+    ([1.0, 0.0, 2.0], False, [0.0, 0.0, 1.0]),
+    ([5.0, 1.0, 1.0], True, [4 / (math.sqrt(16 / 3) + 1e-6), 0.0, 0.0]),  # r_2nd = 1, std sqrt(16/3)
+    ([2.0, 0.0, 2.0, 1.0], True, [0.0, 0.0, 0.0, 0.0]),  # a tie at the top: r_max - r_2nd = 0
+    ([0.3, 0.3], True, [0.0, 0.0]),                        # uniform
+])
+def test_grpo_passk(rewards, std, expected, run):
+    out = run([gi(r) for r in rewards], semantics="group-index", estimator="grpo_passk", std_normalization=std)
+    assert out_close(out.advantage, expected), out.advantage.tolist()
+
+
+@pytest.mark.parametrize("singletons", ["zero", "raw"])
+def test_grpo_passk_one_unit_group_is_bad_input(singletons, run):
+    out = run(WIDER, semantics="group-index", estimator="grpo_passk", singleton_groups=singletons)
+    assert reasons(out) == ["", "", "", "passk-singleton-group"]
+    assert out.groups.tolist() == [1]
+
+
+def test_remax_subtracts_the_mainstream_baseline(run):
+    rows = [rollout(1, 1.0, baseline=0.5), rollout(2, 0.0, baseline=0.5), rollout(3, 2.0, baseline=0.25),
+            rollout(3, 2.0, trainable=0, baseline=None),        # not the mainstream row: its baseline is unused
+            rollout(4, 3.0, group=1, baseline=1.0),             # one unit: no group statistics
+            rollout(5, 1.0, group=2, baseline=0.0), rollout(6, 1.0, group=2, baseline=0.5),  # uniform: 0
+            rollout(7, 1.0, group=3, baseline=float("nan")), rollout(8, 0.0, group=3, baseline=0.0)]
+    out = run(rows, estimator="remax")
+    assert out.advantage.tolist() == [0.5, -0.5, 1.75, 1.75, 2.0, 0.0, 0.0, 0.0, 0.0]
+    assert reasons(out) == [""] * 7 + ["missing-baseline"] * 2
+
+
+GDPO_ROWS = [gi(1.0, trainable=3, parts=[1.0, 0.0]), gi(0.0, trainable=1, parts=[0.0, 0.0]),
+             gi(2.0, trainable=2, parts=[1.0, 1.0])]
+
+
+@pytest.mark.parametrize("weights,expected", [
+    (None, [-0.221404, -1.549826, 1.107019]),          # SEMANTICS.md's worked example
+    ((2.0, -1.0), [0.816497, -1.632993, -0.408248]),   # S = (1.732048, -1.732048, 0)
+    ((1.0, 0.5), [0.0, -1.825742, 0.912871]),          # S = (0.288675, -1.443373, 1.154699) = mu at row 0
+])
+def test_gdpo_worked_example(weights, expected, run):
+    out = run(GDPO_ROWS, semantics="group-index", estimator="gdpo", reward_keys=("a", "b"), reward_weights=weights)
+    assert out.problem.tolist() == [0, 0, 0]
+    assert out_close(out.advantage, expected, tol=1e-6), out.advantage.tolist()
+
+
+def test_gdpo_whitens_over_the_batch_and_moves_zero_scores(run):
+    # group 1 is uniform (S = 0) but the batch's whitening moves it: GDPO's definition
+    rows = GDPO_ROWS + [gi(1.0, group=1, trainable=4, parts=[1.0, 1.0]),
+                        gi(1.0, group=1, trainable=0, parts=[1.0, 1.0])]
+    out = run(rows, semantics="group-index", estimator="gdpo", reward_keys=("a", "b"))
+    s = [0.0, -1.7320482, 1.7320482, 0.0, 0.0]
+    m = [3, 1, 2, 4, 0]
+    mu = sum(a * b for a, b in zip(s, m)) / (10 + 1e-8)
+    var = sum(b * (a - mu) ** 2 for a, b in zip(s, m)) / (10 + 1e-8) * 10 / 9
+    assert out_close(out.advantage, [(a - mu) / math.sqrt(var + 1e-8) for a in s], tol=1e-5)
+    assert out.uniform.tolist() == [False, False, False, True, True]
+    assert out.advantage.tolist()[3] != 0.0
+
+
+def test_gdpo_too_few_tokens_kills_the_batch(run):
+    rows = [dict(gi(1.0, trainable=1, parts=[1.0]), batch=0), dict(gi(0.0, trainable=0, parts=[0.0]), batch=0),
+            dict(gi(1.0, trainable=1, parts=[1.0]), batch=1), dict(gi(0.0, trainable=1, parts=[0.0]), batch=1)]
+    out = run(rows, semantics="group-index", estimator="gdpo", reward_keys=("a",))
+    assert reasons(out) == ["gdpo-too-few-tokens"] * 2 + ["", ""]
+    assert out.groups.tolist() == [0, 1]
+
+
+def test_gdpo_raw_singletons_apply_per_key(run):
+    rows = [gi(0.0, trainable=1, parts=[2.0, -1.0]), gi(0.0, group=1, trainable=1, parts=[0.0, 0.0]),
+            gi(0.0, group=1, trainable=2, parts=[1.0, 0.0])]
+    out = run(rows, semantics="group-index", estimator="gdpo", reward_keys=("a", "b"), singleton_groups="raw")
+    root2 = math.sqrt(0.5)
+    s = [1 / (1 + 1e-6), -0.5 / (root2 + 1e-6), 0.5 / (root2 + 1e-6)]  # (2 - 1) / (1 + 1e-6); key b uniform
+    m = [1, 1, 2]
+    mu = sum(a * b for a, b in zip(s, m)) / (4 + 1e-8)
+    var = sum(b * (a - mu) ** 2 for a, b in zip(s, m)) / (4 + 1e-8) * 4 / 3
+    assert out_close(out.advantage, [(a - mu) / math.sqrt(var + 1e-8) for a in s])

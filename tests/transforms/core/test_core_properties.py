@@ -4,7 +4,8 @@ Random multi-batch inputs (uneven fan-out, missing rollout keys, full/absent/
 partial group_index, right and wrong prompt_group_sizes, ties in trainable
 tokens, repeated rewards, occasional row problems) are relabelled by both, for
 every semantics x estimator x std flag x mainstream policy x rewards
-normalization.
+normalization x one-unit rule (version 2: grpo_passk, opo, gpg, remax, gdpo, with
+per-key rewards, unequal weights, missing baselines and --drop-uniform-groups).
 """
 from __future__ import annotations
 
@@ -25,7 +26,10 @@ from transforms.core.config import CoreConfig
 from transforms.core.reasons import REASONS
 from transforms.core.types import CoreInput
 
-ESTIMATORS = ("grpo", "gspo", "cispo", "dr_grpo", "reinforce_plus_plus_baseline", "rloo", "ppo")
+ESTIMATORS = ("grpo", "gspo", "cispo", "dr_grpo", "reinforce_plus_plus_baseline", "rloo", "ppo",
+              "grpo_passk", "opo", "gpg", "remax", "gdpo")
+KEY_NAMES = ("a", "b", "c")
+UNEQUAL_WEIGHTS = (1.0, 0.5, -2.0)
 ROW_PROBLEMS = ("non-finite-reward", "mask-length", "non-numeric-reward", "missing-column",
                 "missing-reward-key", "duplicate-row", "negative-length")
 ADVANTAGE_TOL = 1e-5
@@ -35,9 +39,11 @@ ADVANTAGE_TOL = 1e-5
 
 def to_core_input(batches: list[Batch]) -> CoreInput:
     batch_ids, reward, trainable, group_index, has_group_index = [], [], [], [], []
-    rollout_key, has_rollout_key, row_problem = [], [], []
+    rollout_key, has_rollout_key, row_problem, parts, baseline = [], [], [], [], []
     for b, batch in enumerate(batches):
         for row in batch.rows:
+            parts.append(row.parts)
+            baseline.append(math.nan if row.baseline is None else row.baseline)
             batch_ids.append(b)
             reward.append(row.reward)
             trainable.append(row.trainable)
@@ -48,6 +54,10 @@ def to_core_input(batches: list[Batch]) -> CoreInput:
             has_rollout_key.append(key is not None)
             row_problem.append(REASONS.index(row.problem))
     i64 = np.int64
+    width = max((len(p) for p in parts if p is not None), default=0)
+    reward_parts = (np.ascontiguousarray(np.array([p if p is not None else [0.0] * width for p in parts],
+                                                  dtype=np.float64).reshape(len(parts), width).T)
+                    if width else None)
     return CoreInput(
         batch=np.array(batch_ids, dtype=i64),
         reward=np.array(reward, dtype=np.float64),
@@ -62,20 +72,34 @@ def to_core_input(batches: list[Batch]) -> CoreInput:
         prompt_group_sizes=[None if batch.prompt_group_sizes is None
                             else np.array(batch.prompt_group_sizes, dtype=i64)
                             for batch in batches],
+        reward_parts=reward_parts,
+        baseline=np.array(baseline, dtype=np.float64),
     )
 
 
-def configs_for(semantics: str, estimator: str, n: int | None, b: int | None):
+def configs_for(semantics: str, estimator: str, n: int | None, b: int | None, n_keys: int = 0):
+    """Every option combination (with --drop-uniform-groups, which only gdpo's whitening reads)."""
     policies = [None] if semantics in ("legacy-reshape", "group-index") else [
         None, "most-trainable", "last", "shared"]
-    for std, normalize, policy in itertools.product((True, False), (True, False), policies):
-        yield CoreConfig(semantics=semantics, estimator=estimator, std_normalization=std,
-                         rewards_normalization=normalize, mainstream=policy,
-                         n_samples_per_prompt=n, rollout_batch_size=b)
+    singletons = ("zero",) if semantics == "legacy-reshape" else ("zero", "raw")
+    weightings = [(None, None)]
+    if n_keys:
+        keys = KEY_NAMES[:n_keys]
+        weightings = [(keys, None), (keys, UNEQUAL_WEIGHTS[:n_keys])] if estimator == "gdpo" else [(keys, None)]
+    drops = (False, True) if estimator == "gdpo" else (False,)
+    for std, normalize, policy, singleton, (keys, weights), drop in itertools.product(
+            (True, False), (True, False), policies, singletons, weightings, drops):
+        if estimator == "gdpo" and keys is None:
+            continue
+        config = CoreConfig(semantics=semantics, estimator=estimator, std_normalization=std,
+                            rewards_normalization=normalize, mainstream=policy,
+                            n_samples_per_prompt=n, rollout_batch_size=b, singleton_groups=singleton,
+                            reward_keys=keys, reward_weights=weights)
+        yield config, drop
 
 
-def describe(batches: list[Batch], config: CoreConfig) -> str:
-    lines = [repr(config)]
+def describe(batches: list[Batch], config: CoreConfig, drop_uniform_groups: bool = False) -> str:
+    lines = [repr(config) + (" with drop_uniform_groups" if drop_uniform_groups else "")]
     for k, batch in enumerate(batches):
         lines.append(f"batch {k}: prompt_group_sizes={batch.prompt_group_sizes}")
         lines.extend(f"  {i}: {row}" for i, row in enumerate(batch.rows))
@@ -83,13 +107,13 @@ def describe(batches: list[Batch], config: CoreConfig) -> str:
 
 
 def assert_core_matches_reference(batches: list[Batch], config: CoreConfig, device: str,
-                                  inp: CoreInput | None = None) -> None:
-    expected = reference_relabel(batches, config)
-    out = relabel_on(to_core_input(batches) if inp is None else inp, config, device)
+                                  inp: CoreInput | None = None, drop_uniform_groups: bool = False) -> None:
+    expected = reference_relabel(batches, config, drop_uniform_groups)
+    out = relabel_on(to_core_input(batches) if inp is None else inp, config, device, drop_uniform_groups)
     try:
         _compare(expected, out)
     except AssertionError as error:
-        raise AssertionError(f"{error}\n{describe(batches, config)}") from None
+        raise AssertionError(f"{error}\n{describe(batches, config, drop_uniform_groups)}") from None
 
 
 def _compare(expected, out) -> None:
@@ -143,8 +167,12 @@ def _reward(rng) -> float:
     return rng.uniform(-10, 10)
 
 
-def _rollout_rows(rng, gi_mode: str, problem_rate: float) -> list[Row]:
-    """The rows of one rollout (fan-out 1..5), rewards mostly shared, keys often colliding."""
+def _rollout_rows(rng, gi_mode: str, problem_rate: float, extra=None, n_keys: int = 0) -> list[Row]:
+    """The rows of one rollout (fan-out 1..5), rewards mostly shared, keys often colliding.
+
+    `extra` (a second random.Random, so that the draws above stay as they were) gives each row its
+    per-key values (mostly shared by the rollout) and a baseline (sometimes missing or non-finite).
+    """
     fan_out = rng.choice((1, 1, 2, 2, 3, 4, 5))
     key_kind = rng.choice(("id", "index", "both", "none"))
     key, other = rng.randrange(5), rng.randrange(5)
@@ -169,11 +197,19 @@ def _rollout_rows(rng, gi_mode: str, problem_rate: float) -> list[Row]:
                 reward = rng.choice(NON_FINITE)
         rows.append(Row(reward=reward, trainable=rng.randrange(4), group_index=group_index,
                         rollout_id=rollout_id, index=index, problem=problem))
+    if extra is not None:
+        shared_parts = [_reward(extra) for _ in range(n_keys)]
+        for row in rows:
+            row.parts = shared_parts if extra.random() < 0.75 else [_reward(extra) for _ in range(n_keys)]
+            if row.problem == "non-finite-reward" and n_keys:
+                row.parts = [extra.choice(NON_FINITE)] + row.parts[1:]
+            kind = extra.randrange(20)
+            row.baseline = None if kind == 0 else (extra.choice(NON_FINITE) if kind == 1 else _reward(extra))
     return rows
 
 
-def build_batch(knobs: dict, n: int | None, b: int | None) -> Batch:
-    """One batch from a few drawn knobs and a seed."""
+def build_batch(knobs: dict, n: int | None, b: int | None, n_keys: int = 1) -> Batch:
+    """One batch from a few drawn knobs and a seed (rows carry n_keys per-key values and a baseline)."""
     targets = [None]                      # None: whatever 1..5 rollouts give
     if n is not None:
         targets += [n, 2 * n, 3 * n]
@@ -181,11 +217,12 @@ def build_batch(knobs: dict, n: int | None, b: int | None) -> Batch:
             targets += [n * b, n * b]
     target = targets[knobs["target"] % len(targets)]
     rng = random.Random(knobs["seed"])
+    extra = random.Random(knobs["seed"] + 1)
 
     rows: list[Row] = []
     n_rollouts = rng.randint(1, 5) if target is None else target
     for _ in range(n_rollouts):          # each rollout has >= 1 row: enough rows, then cut
-        rows.extend(_rollout_rows(rng, knobs["group_index"], knobs["problem_rate"]))
+        rows.extend(_rollout_rows(rng, knobs["group_index"], knobs["problem_rate"], extra, n_keys))
     if target is not None:
         rows = rows[:target]
     if knobs["interleave"]:
@@ -213,12 +250,13 @@ BATCH_KNOBS = st.fixed_dictionaries({
 
 
 def _scenario(drawn):
-    n, b, knobs = drawn
-    return n, b, [build_batch(k, n, b) for k in knobs]
+    n, b, n_keys, knobs = drawn
+    return n, b, [build_batch(k, n, b, n_keys) for k in knobs], n_keys
 
 
-# (n_samples_per_prompt, rollout_batch_size, batches)
+# (n_samples_per_prompt, rollout_batch_size, batches, number of reward keys)
 SCENARIOS = st.tuples(st.sampled_from((None, 1, 2, 3, 4)), st.sampled_from((None, 1, 2, 3)),
+                      st.sampled_from((1, 2, 3)),
                       st.lists(BATCH_KNOBS, min_size=1, max_size=8)).map(_scenario)
 
 
@@ -234,10 +272,12 @@ PROPERTY_SETTINGS = dict(deadline=None, derandomize=True, database=None, report_
 
 
 def _check_scenario(semantics, estimator, scenario, device):
-    n, b, batches = scenario
+    n, b, batches, n_keys = scenario
     inp = to_core_input(batches)
-    for config in configs_for(semantics, estimator, n, b):
-        assert_core_matches_reference(batches, config, device, inp)
+    # the per-key rewards reach only gdpo; the other estimators read each row's reward value
+    keys = n_keys if estimator == "gdpo" else 0
+    for config, drop in configs_for(semantics, estimator, n, b, keys):
+        assert_core_matches_reference(batches, config, device, inp, drop)
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -341,7 +381,7 @@ def _spread_keys(inp: CoreInput) -> CoreInput:
 @settings(max_examples=int(20 * SCALE), **PROPERTY_SETTINGS)
 @given(scenario=SCENARIOS)
 def test_sparse_keys_relabel_like_compact_keys(device, scenario):
-    _, _, batches = scenario
+    _, _, batches, _ = scenario
     inp = to_core_input(batches)
     for config in (CoreConfig(), CoreConfig(semantics="group-index")):
         compact, sparse = relabel_on(inp, config, device), relabel_on(_spread_keys(inp), config, device)
