@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from operator import attrgetter, itemgetter
 
 import numpy as np
 
@@ -71,79 +72,84 @@ class SampleRows:
 
 
 def rows_from_samples(samples, reward_key: str | None = None) -> SampleRows:
-    """The core's input for one batch of Sample-like objects (attributes as slime / miles Sample has them)."""
+    """The core's input for one batch of Sample-like objects (attributes as slime / miles Sample has them).
+
+    Cost: one sum() over each loss mask (the trainer's own rollout_mask_sums does the same), the rest
+    C-level passes over the attributes and numpy.
+    """
     n = len(samples)
     problem = np.zeros(n, dtype=np.int64)
     details: dict[int, str] = {}
 
     def flag(rows, reason, describe):
         for i in rows:
+            i = int(i)
             if problem[i] == 0:
                 problem[i] = CODE[reason]
                 details[i] = describe(i)
 
     # as slim.py's usable_columns, in the fields' order: a column of the wrong type is refused whole
     ints = {}
-    masks = [getattr(s, "loss_mask", None) for s in samples]
-    removes = [getattr(s, "remove_sample", None) for s in samples]
+    masks = _field(samples, "loss_mask")
+    removes = _field(samples, "remove_sample")
     mask_len, mask_sum, nulls, mask_kind = _mask_stats(masks)
+    has_mask = np.array([m is not None for m in masks], dtype=bool)
+    remove = np.zeros(n, dtype=bool)
     for name in FIELD_ORDER:
         if name == "loss_mask":
             if mask_kind is not None:
                 flag(range(n), "ill-typed-column",
                      lambda i: ill_typed_text("loss_mask", mask_kind, "a list of integers"))
-                masks, mask_len, mask_sum, nulls = [None] * n, [0] * n, [0] * n, [0] * n
+                has_mask[:] = False
+                mask_len, mask_sum, nulls = (np.zeros(n, dtype=np.int64) for _ in range(3))
             continue
         if name == "remove_sample":
-            kind = arrow_type(removes)
+            kinds = _kinds(removes)
+            kind = arrow_type(removes, kinds)
             if kind not in ("bool", "null"):
                 flag(range(n), "ill-typed-column",
                      lambda i, kind=kind: ill_typed_text("remove_sample", kind, "booleans"))
-                removes = [None] * n
+            elif kind == "bool":
+                remove = np.array(removes if type(None) not in kinds else [r is True for r in removes], dtype=bool)
             continue
-        values = [getattr(s, name, None) for s in samples]
-        kind = arrow_type(values)
-        if kind == "null":
-            values = [None] * n
-        elif kind == "double" and _integral(values):
+        values = _field(samples, name)
+        kinds = _kinds(values)
+        kind = arrow_type(values, kinds)
+        if kind == "double" and _integral(values):
             values = [None if v is None else int(v) for v in values]
-        elif kind != "int64":
+        elif kind not in ("int64", "null"):
             flag(range(n), "ill-typed-column", lambda i, name=name, kind=kind: ill_typed_text(name, kind, "integers"))
-            values = [None] * n
-        ints[name] = values
+            kind = "null"
+        ints[name] = _int_array(values, kinds, absent=kind == "null")
 
-    if n and not any(hasattr(s, "reward") for s in samples):
+    if n and not hasattr(samples[0], "reward") and not any(hasattr(s, "reward") for s in samples):
         flag(range(n), "missing-column", lambda i: "the file has no `reward` column")
         reward = np.zeros(n)
     else:
-        reward = _reward_values([getattr(s, "reward", None) for s in samples], reward_key, flag)
+        reward = _reward_values(_field(samples, "reward"), reward_key, flag)
 
-    has_mask = [m is not None for m in masks]
-    length = [r if r is not None else ml for r, ml in zip(ints["response_length"], mask_len)]
-    given = [r is not None for r in ints["response_length"]]
-    flag([i for i in range(n) if given[i] and length[i] < 0], "negative-length",
-         lambda i: negative_length_text(length[i]))
-    flag([i for i in range(n) if length[i] > MAX_RESPONSE_TOKENS or mask_len[i] > MAX_RESPONSE_TOKENS],
+    response_length, given = ints["response_length"]
+    length = np.where(given, response_length, mask_len)
+    flag(np.flatnonzero(given & (length < 0)), "negative-length", lambda i: negative_length_text(length[i]))
+    flag(np.flatnonzero((length > MAX_RESPONSE_TOKENS) | (mask_len > MAX_RESPONSE_TOKENS)),
          "value-too-large", lambda i: too_large_text(max(length[i], mask_len[i])))
-    flag([i for i in range(n) if has_mask[i] and given[i] and mask_len[i] != length[i]], "mask-length",
+    flag(np.flatnonzero(has_mask & given & (mask_len != length)), "mask-length",
          lambda i: mask_length_text(mask_len[i], length[i]))
-    flag([i for i in range(n) if has_mask[i] and nulls[i]], "null-mask-value",
-         lambda i: null_mask_text(nulls[i], mask_len[i]))
-    trainable = np.array([0 if rm else (ms if hm else max(ln, 0))
-                          for rm, hm, ms, ln in zip(removes, has_mask, mask_sum, length)], dtype=np.int64)
+    flag(np.flatnonzero(has_mask & (nulls > 0)), "null-mask-value", lambda i: null_mask_text(nulls[i], mask_len[i]))
+    trainable = np.where(remove, 0, np.where(has_mask, mask_sum, np.maximum(length, 0))).astype(np.int64)
 
-    rollout_id, index, group = ints["rollout_id"], ints["index"], ints["group_index"]
-    key = [r if r is not None else x for r, x in zip(rollout_id, index)]
+    (rollout_id, has_rollout_id), (index, has_index) = ints["rollout_id"], ints["index"]
+    group_index, has_group_index = ints["group_index"]
     reward = np.where(problem == 0, reward, 0.0)
     core = CoreInput(
         batch=np.zeros(n, dtype=np.int64),
         reward=reward,
         trainable=trainable,
         mask_sum=trainable,
-        group_index=np.array([0 if g is None else g for g in group], dtype=np.int64),
-        has_group_index=np.array([g is not None for g in group], dtype=bool),
-        rollout_key=np.array([0 if k is None else k for k in key], dtype=np.int64),
-        has_rollout_key=np.array([k is not None for k in key], dtype=bool),
+        group_index=group_index,
+        has_group_index=has_group_index,
+        rollout_key=np.where(has_rollout_id, rollout_id, index),
+        has_rollout_key=has_rollout_id | has_index,
         row_problem=problem,
         num_batches=1,
         prompt_group_sizes=[None],
@@ -151,20 +157,51 @@ def rows_from_samples(samples, reward_key: str | None = None) -> SampleRows:
     return SampleRows(core, reward, details)
 
 
+def _field(samples, name) -> list:
+    """Every sample's attribute `name` (None where a sample has none)."""
+    try:
+        return list(map(attrgetter(name), samples))
+    except AttributeError:
+        return [getattr(s, name, None) for s in samples]
+
+
+def _kinds(values) -> set:
+    return set(map(type, values))
+
+
+def _int_array(values, kinds, absent: bool):
+    """(int64 values, valid) of an integer field; all invalid when the field is absent (or refused)."""
+    n = len(values)
+    if absent:
+        return np.zeros(n, dtype=np.int64), np.zeros(n, dtype=bool)
+    if type(None) not in kinds:
+        return np.array(values, dtype=np.int64), np.ones(n, dtype=bool)
+    valid = np.array([v is not None for v in values], dtype=bool)
+    return np.array([0 if v is None else v for v in values], dtype=np.int64), valid
+
+
 def _mask_stats(masks):
-    """Per mask: length, sum (nulls as 0), null count; and the mask column's type when it is not integers.
+    """Per mask (numpy): length, sum (nulls as 0), null count; and the mask column's type when it is not
+    integers.
 
     One sum() per mask, as the trainer's own rollout_mask_sums: the masks are walked once. Only when a
     mask looks odd (a float sum, bools, not a list) is the column's type inferred, walking every mask.
     """
     n = len(masks)
+    kinds = _kinds(masks)
+    if kinds == {list}:  # the common case: every sample has a list
+        try:
+            sums = list(map(sum, masks))
+        except TypeError:  # a null inside a mask (or not numbers): the per-mask path says which
+            pass
+        else:
+            lengths = np.fromiter(map(len, masks), dtype=np.int64, count=n)
+            if _kinds(sums) <= {int} and bool not in _first_kinds(masks):
+                return lengths, np.array(sums, dtype=np.int64), np.zeros(n, dtype=np.int64), None
     lengths, sums, nulls = [0] * n, [0] * n, [0] * n
-    odd = False
+    odd = not kinds <= {list, type(None)}
     for i, mask in enumerate(masks):
-        if mask is None:
-            continue
         if type(mask) is not list:
-            odd = True
             continue
         lengths[i] = len(mask)
         try:
@@ -180,14 +217,23 @@ def _mask_stats(masks):
             odd = True
         sums[i] = total
     kind = arrow_type(masks) if odd else None
-    return lengths, sums, nulls, None if kind in (None, "list<item: int64>", "null") else kind
+    stats = (np.array(lengths, dtype=np.int64), np.array([s if type(s) is int else 0 for s in sums], dtype=np.int64),
+             np.array(nulls, dtype=np.int64))
+    return (*stats, None if kind in (None, "list<item: int64>", "null") else kind)
+
+
+def _first_kinds(masks) -> set:
+    try:
+        return _kinds(map(itemgetter(0), masks))
+    except IndexError:  # an empty mask
+        return {type(m[0]) for m in masks if m}
 
 
 def _reward_values(rewards, reward_key, flag) -> np.ndarray:
     """The reward value of each row as slim.py's _reward_values finds it, problems flagged."""
     n = len(rewards)
     everyone = range(n)
-    kind = arrow_type(rewards)
+    kind = arrow_type(rewards, _kinds(rewards))
     if reward_key is None:
         if kind not in ("int64", "double"):
             flag(everyone, "non-numeric-reward", lambda i: reward_type_text(kind, None))
@@ -209,8 +255,11 @@ def _reward_values(rewards, reward_key, flag) -> np.ndarray:
     else:
         flag(everyone, "missing-reward-key", lambda i: reward_type_text(kind, reward_key))
         return np.zeros(n)
-    numbers = np.array([math.nan if v is None else float(v) for v in values], dtype=np.float64)
-    flag([i for i in everyone if rewards[i] is None], "non-numeric-reward", lambda i: "reward is null")
+    if None in values:
+        numbers = np.array([math.nan if v is None else float(v) for v in values], dtype=np.float64)
+        flag([i for i, r in enumerate(rewards) if r is None], "non-numeric-reward", lambda i: "reward is null")
+    else:
+        numbers = np.array(values, dtype=np.float64)
     flag(np.flatnonzero(~np.isfinite(numbers)), "non-finite-reward", lambda i: f"reward is {numbers[i]}")
     return numbers
 
@@ -233,10 +282,11 @@ def _scalar_name(kinds) -> str:
     return _NAMES.get(next(iter(kinds)), "string") if len(kinds) == 1 else "null" if not kinds else "string"
 
 
-def arrow_type(values) -> str:
+def arrow_type(values, kinds: set | None = None) -> str:
     """The name of the type pa.array(values) gives, with samples.py's rule: a column Arrow cannot type
-    (mixed kinds, an empty struct) is JSON text, "string". Covers scalars, dicts and lists."""
-    kinds = {type(v) for v in values} - {type(None)}
+    (mixed kinds, an empty struct) is JSON text, "string". Covers scalars, dicts and lists.
+    kinds: set(map(type, values)) when the caller has it."""
+    kinds = (set(map(type, values)) if kinds is None else kinds) - {type(None)}
     if not kinds:
         return "null"
     if kinds <= set(_NAMES):
