@@ -151,8 +151,6 @@ def compare_parser() -> Parser:
 
 def export_parser() -> Parser:
     """`relabel export`: plain Python, no Beam options (and so no --help-beam, no --config)."""
-    from transforms.lib.export_dumps import LAYOUTS
-
     parser = Parser(prog="relabel export", usage="relabel export --input TRAINING_ROWS_DIR --output DIR --to "
                     "slime|miles [options]", allow_abbrev=False, add_help=False,
                     description="Write training rows as slime / miles debug rollout dumps (one <rollout_id>.pt a "
@@ -162,7 +160,8 @@ def export_parser() -> Parser:
     group = parser.group("input and output")
     group.add_argument("--input", metavar="DIR", help="a complete `relabel run` output (its _manifest.json)")
     group.add_argument("--output", metavar="DIR", help="where the dumps go (local path or any Beam filesystem URL)")
-    group.add_argument("--to", choices=LAYOUTS, help="the trainer whose dump layout to write")
+    group.add_argument("--to", choices=("slime", "miles"),  # transforms/lib/export_dumps.py LAYOUTS
+                       help="the trainer whose dump layout to write")
     group = parser.group("running")
     group.add_argument("--force", action="store_true",
                        help="export rows made for ppo / reinforce_plus_plus too (not the same training signal)")

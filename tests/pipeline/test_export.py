@@ -203,3 +203,17 @@ def test_lost_rows_are_counted_per_batch_and_flagged(tmp_path):
     manifest = json.loads((tmp_path / "d" / "_manifest.json").read_text())
     assert manifest["batches"][0]["dead"] == {"non-finite-reward": 2} and manifest["batches"][0]["short"]
     assert manifest["counts"]["samples"] == 2
+
+
+def test_a_stopped_watch_output_exports_with_its_per_input_dead_letters(tmp_path):
+    samples = [{"group_index": g, "index": i, "rollout_id": i, "reward": r, "response_length": 2, "loss_mask": [1, 1],
+                "status": "completed", "metadata": {}}
+               for i, (g, r) in enumerate([(0, 1.0), (0, 0.0), (1, float("nan")), (1, 1.0)])]
+    (tmp_path / "in").mkdir()
+    torch.save({"rollout_id": 7, "samples": samples}, tmp_path / "in" / "7.pt")
+    run_cli("watch", "--input", tmp_path / "in", "--output", tmp_path / "rows", "--stop-after-idle", "0.5",
+            "--poll-interval", "0.2", check_codes=(0, 3))
+    proc = run_cli("export", "--input", tmp_path / "rows", "--output", tmp_path / "d", "--to", "slime",
+                   check_codes=(3,))
+    assert "7.pt: 2 dead (non-finite-reward) not exported" in proc.stdout
+    assert [s["index"] for s in torch.load(tmp_path / "d" / "7.pt", weights_only=True)["samples"]] == [0, 1]

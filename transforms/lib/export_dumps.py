@@ -27,7 +27,6 @@ import schemas
 from transforms.lib import dump_record, filesystem, output_files
 from transforms.lib.errors import ExitCode, UsageError
 from transforms.lib.manifest import MANIFEST_NAME
-from transforms.lib.output_dir import DEAD_LETTERS_NAME, FILTERED_NAME
 from transforms.lib.settings import PROJECT, project_version
 
 LAYOUTS = ("slime", "miles")
@@ -103,6 +102,8 @@ def plan_export(input_dir: str) -> ExportPlan:
     manifest = json.loads(raw)
     if not isinstance(manifest.get("run"), dict) or not isinstance(manifest.get("inputs"), list):
         raise UsageError(f"--input {input_dir}: {MANIFEST_NAME} is not a `relabel run` manifest")
+    if (manifest.get("watch") or {}).get("state", "stopped") != "stopped":
+        raise UsageError(f"--input {input_dir}: `relabel watch` is still writing it; export once the watch stopped")
 
     parts, lost_inputs = [], []
     for entry in manifest["inputs"]:
@@ -166,11 +167,11 @@ def _batches_of(input_dir: str, part: Part):
 def _losses(input_dir: str, manifest: dict, batches: dict[str, Batch]) -> list[Batch]:
     """Count each batch's dead and filtered rows by reason; the batches known only from them (all rows lost)."""
     only_lost: dict[str, Batch] = {}
-    for kind, name in (("dead", DEAD_LETTERS_NAME), ("filtered", FILTERED_NAME)):
-        if not (manifest.get("dead_letters" if kind == "dead" else "filtered") or {}).get("file"):
-            continue
-        with filesystem.open_read(filesystem.join(input_dir, name)) as handle:
-            records = pq.read_table(handle, columns=["source", "row", "batch", "reason"]).to_pylist()
+    for kind in ("dead", "filtered"):
+        records = []
+        for path in _record_files(input_dir, manifest["dead_letters" if kind == "dead" else "filtered"]):
+            with filesystem.open_read(path) as handle:
+                records += pq.read_table(handle, columns=["source", "row", "batch", "reason"]).to_pylist()
         for record in records:
             if record["row"] is None:  # a whole file: among the lost inputs
                 continue
@@ -178,6 +179,17 @@ def _losses(input_dir: str, manifest: dict, batches: dict[str, Batch]) -> list[B
             batch = batches.get(key) or only_lost.setdefault(key, Batch(key, _step_of(key), []))
             getattr(batch, kind)[record["reason"]] += 1
     return list(only_lost.values())
+
+
+def _record_files(input_dir: str, section: dict | None) -> list[str]:
+    """dead_letters.parquet (relabel run), or the per-input files under dead_letters/ (relabel watch)."""
+    name = (section or {}).get("file")
+    if not name:
+        return []
+    if name.endswith("/"):
+        found = filesystem.match(filesystem.join(input_dir, name.rstrip("/"), "*.parquet"))
+        return sorted(m.path for m in found if not m.path.replace("\\", "/").rsplit("/", 1)[-1].startswith("."))
+    return [filesystem.join(input_dir, name)]
 
 
 def _step_of(key: str):
