@@ -1,4 +1,4 @@
-"""`relabel`: run | watch | compare | demo | schema (also `python -m pipeline`).
+"""`relabel`: run | watch | compare | export | demo | schema (also `python -m pipeline`).
 
 The process edge: exit codes come from ExitCode and the error types in
 transforms/lib/errors.py; a usage error is one line on stderr.
@@ -21,6 +21,7 @@ COMMANDS = {
     "run": "relabel stored rollouts into Parquet training rows",
     "watch": "relabel rollout files as they land in a folder",
     "compare": "compare two labelings of the same rollouts: report.json, report.md, plots",
+    "export": "write training rows as slime / miles rollout dumps (one <rollout_id>.pt a batch)",
     "demo": "generate a small realistic rollout set and relabel it",
     "schema": "print the input, training-row and dead-letter schemas",
 }
@@ -45,6 +46,8 @@ def main(argv: list[str] | None = None) -> int:
     command, rest = (argv[0], argv[1:]) if argv and argv[0] in COMMANDS else (None, argv)
     if command in ("run", "watch", "compare"):
         return pipeline_command(command, rest)
+    if command == "export":
+        return export_command(rest)
     parser = argparse.ArgumentParser(prog="relabel", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
     for name, text in COMMANDS.items():
@@ -116,6 +119,23 @@ def _cause(error: BaseException) -> str:
     while cause and CAUSE.match(cause.split(": ", 1)[-1]):  # "RuntimeError: OSError: ...": the inner one
         cause = cause.split(": ", 1)[1]
     return cause if cause else f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
+
+
+def export_command(argv: list[str]) -> int:
+    """export: plain Python, no Beam pipeline; usage errors as one line."""
+    from pipeline.options import export_parser
+
+    if "-h" in argv or "--help" in argv:
+        export_parser().print_help()
+        return ExitCode.OK
+    try:
+        from pipeline.export import export
+        outcome = export(argv)
+    except UsageError as error:
+        print(f"relabel: error: {error}", file=sys.stderr)
+        return ExitCode.USAGE
+    print(outcome.summary())
+    return outcome.exit_code
 
 
 if __name__ == "__main__":  # pragma: no cover

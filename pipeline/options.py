@@ -173,4 +173,24 @@ def compare_parser() -> Parser:
     return parser
 
 
-PARSERS = {"run": run_parser, "watch": watch_parser, "compare": compare_parser}
+def export_parser() -> Parser:
+    """`relabel export`: plain Python, no Beam options (and so no --help-beam, no --config)."""
+    parser = Parser(prog="relabel export", usage="relabel export --input TRAINING_ROWS_DIR --output DIR --to "
+                    "slime|miles [options]", allow_abbrev=False, add_help=False,
+                    description="Write training rows as slime / miles debug rollout dumps (one <rollout_id>.pt a "
+                                "batch) for --load-debug-rollout-data with --disable-rewards-normalization.",
+                    epilog="docs/training.md: which estimators this gives the same training signal for.")
+    parser.add_argument("-h", "--help", action="store_true", help="show this help and exit")
+    group = parser.group("input and output")
+    group.add_argument("--input", metavar="DIR", help="a complete `relabel run` output (its _manifest.json)")
+    group.add_argument("--output", metavar="DIR", help="where the dumps go (local path or any Beam filesystem URL)")
+    group.add_argument("--to", choices=("slime", "miles"),  # transforms/lib/export_dumps.py LAYOUTS
+                       help="the trainer whose dump layout to write")
+    group = parser.group("running")
+    group.add_argument("--force", action="store_true",
+                       help="export rows made for ppo / reinforce_plus_plus too (not the same training signal)")
+    group.add_argument("--overwrite", action="store_true", help="replace an output made with other options")
+    return parser
+
+
+PARSERS = {"run": run_parser, "watch": watch_parser, "compare": compare_parser, "export": export_parser}

@@ -74,3 +74,13 @@ def test_the_check_sees_function_level_imports(tmp_path):
 def test_the_public_package_reaches_beam_only_in_its_beam_module():
     plain = [p for p in modules("rollout_relabel") if p.name != "beam.py"]
     assert offending(plain, ("apache_beam", "pipeline", "transforms.lib.filesystem", "transforms.lib.readers")) == {}
+
+
+def test_the_reward_hooks_reach_neither_arrow_nor_beam():
+    # they run inside the trainer: numpy and the numeric core only (a fresh interpreter checks sys.modules too,
+    # tests/rollout_relabel/test_hooks.py)
+    hooks = modules("rollout_relabel/hooks") + [ROOT / "transforms/lib/sample_core.py",
+                                                ROOT / "transforms/lib/dead_messages.py"]
+    assert offending(hooks, ("apache_beam", "pyarrow", "schemas", "pipeline", "transforms", "rollout_relabel"),
+                     allowed=("transforms.core", "transforms.lib.sample_core", "transforms.lib.dead_messages",
+                              "rollout_relabel.hooks")) == {}

@@ -11,6 +11,7 @@ import pyarrow.compute as pc
 
 from transforms.core.reasons import CODE
 from transforms.lib.errors import BadFile
+from transforms.lib.sample_core import ill_typed_text
 
 INTEGER_COLUMNS = ("step", "group_index", "index", "rollout_id", "response_length")
 INT64_MAX = 2 ** 63 - 1
@@ -52,8 +53,7 @@ def usable_columns(table, source, problem, details):
             if name == "step":
                 raise BadFile("ill-typed-column", f"{source}: `step` has type {column.type}, expected integers")
             flag(problem, details, np.ones(table.num_rows, dtype=bool), "ill-typed-column",
-                  lambda i, name=name, kind=column.type, expected=expected:
-                  f"column `{name}` has type {kind}, expected {expected}")
+                  lambda i, name=name, kind=column.type, expected=expected: ill_typed_text(name, kind, expected))
             table = table.drop_columns([name])
     return table
 

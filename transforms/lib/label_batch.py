@@ -8,10 +8,11 @@ import pyarrow as pa
 
 import schemas
 from transforms.core.advantages import compute_advantages
-from transforms.core.reasons import CODE, REASONS
+from transforms.core.reasons import REASONS
 from transforms.core.types import CoreInput
 from transforms.lib.columns import fill, flag
 from transforms.lib.dead_letters import records
+from transforms.lib.dead_messages import dead_messages
 from transforms.lib.records import BatchCounts
 from transforms.lib.settings import Labeling
 
@@ -80,8 +81,12 @@ def label_batch(batch_key: str, parts: list[tuple[str, pa.Table]], prompt_group_
         results[source] = mine if everything_kept else mine.filter(pa.array(keep[bounds[k]:bounds[k + 1]]))
 
     dead_rows = np.flatnonzero(~live)
-    messages = _dead_messages(batch_key, dead_rows, dead_code, problem, details, source_of, rows,
-                              prompt_group, reward, rollout_key, config, labeling, out, slim)
+    keys = rollout_key.to_pylist() if len(dead_rows) else []
+    baselines = (slim.column("baseline").to_pylist() if len(dead_rows) and "baseline" in slim.column_names
+                 else None)
+    messages = dead_messages(batch_key, dead_rows, dead_code, problem, details, source_of, rows, prompt_group,
+                             reward, keys, config, labeling.baseline_column, out.mainstream, baselines,
+                             np.asarray(slim.column("trainable")))
     dead = records(batch_key, [source_of(i) for i in dead_rows], rows[dead_rows],
                     [REASONS[c] for c in dead_code[dead_rows]], messages)
     filtered_rows = np.flatnonzero(live & uniform) if drop_uniform_groups else np.zeros(0, dtype=np.int64)
@@ -123,72 +128,3 @@ def core_input_from_slim(slim: pa.Table, batch_ids: np.ndarray, prompt_group_siz
         reward_parts=reward_parts,
         baseline=baseline,
     )
-
-
-def _dead_messages(batch_key, dead_rows, dead_code, row_problem, details, source_of, rows, prompt_group,
-                   reward, rollout_key, config, labeling=None, out=None, slim=None):
-    """A sentence per dead row naming the values involved (dead rows only: rare)."""
-    first_bad_in_group = {}
-    for i in np.flatnonzero(row_problem != 0):
-        first_bad_in_group.setdefault(prompt_group[i], i)
-    keys = rollout_key.to_pylist()
-    messages = []
-    units_of_group = {}  # version 2 reasons name the group's units (mainstream rows)
-    dead_reasons = set(dead_code[dead_rows].tolist())
-    if out is not None and dead_reasons & {CODE["passk-singleton-group"], CODE["missing-baseline"]}:
-        for j in np.flatnonzero(out.mainstream):
-            units_of_group.setdefault(prompt_group[j], []).append(j)
-    baselines = (slim.column("baseline").to_pylist() if CODE["missing-baseline"] in dead_reasons
-                 and slim is not None and "baseline" in slim.column_names else None)
-    too_few = dead_code == CODE["gdpo-too-few-tokens"]
-    too_few_tokens = (int(np.asarray(slim.column("trainable"))[too_few].sum())
-                      if slim is not None and too_few.any() else 0)
-    for i in dead_rows:
-        reason = REASONS[dead_code[i]]
-        where = f"prompt group {prompt_group[i]} of {batch_key}"
-        if row_problem[i] != 0 and reason == REASONS[row_problem[i]]:
-            messages.append(f"{reason}: {details.get(int(i), reason)} ({where})")
-        elif reason in ("partial-group-index", "group-sizes-mismatch", "batch-size-not-multiple",
-                        "missing-n-samples-per-prompt"):
-            messages.append(f"{reason}: the whole batch {batch_key} is dead-lettered: "
-                            + _batch_problem_text(reason, len(rows), config))
-        elif reason == "sibling-reward-mismatch":
-            siblings = [j for j in np.flatnonzero(prompt_group == prompt_group[i]) if keys[j] == keys[i]]
-            messages.append(f"{reason}: rollout {keys[i]} in {where} has rows {[int(rows[j]) for j in siblings]} "
-                            f"with rewards {[float(reward[j]) for j in siblings]}; {config.semantics} "
-                            "requires one shared reward per rollout")
-        elif reason == "non-finite-advantage":
-            size = int((prompt_group == prompt_group[i]).sum())
-            why = ("a one-row group divided by std + 1e-6 is NaN, as in the original" if size == 1 else
-                   f"its {size} rows' statistics overflow float32")
-            messages.append(f"{reason}: {where} gives a non-finite advantage under {config.semantics} ({why})")
-        elif reason == "passk-singleton-group":
-            [j] = units_of_group[prompt_group[i]]
-            messages.append(f"{reason}: {where} has one unit (row {rows[j]} of {source_of(j)}, reward "
-                            f"{float(reward[j])!r}); grpo_passk needs two or more to take r_max - r_2nd")
-        elif reason == "missing-baseline":
-            column = labeling.baseline_column if labeling is not None else None
-            bad = [j for j in units_of_group[prompt_group[i]] if baselines is None or baselines[j] is None]
-            j = bad[0] if bad else i
-            messages.append(f"{reason}: {where} is dead-lettered because the baseline of its unit at row {rows[j]} "
-                            f"of {source_of(j)} cannot be used: {details.get(int(j), f'{column!r} is missing')} "
-                            f"({len(bad)} unit(s) of the group without a baseline; remax needs r - b)")
-        elif reason == "gdpo-too-few-tokens":
-            messages.append(f"{reason}: the whole batch {batch_key} is dead-lettered: its {int(too_few.sum())} "
-                            f"row(s) left to write have {too_few_tokens} trainable token(s) in all; GDPO's "
-                            "token-weighted whitening needs M >= 2 (it scales by M / (M - 1))")
-        else:
-            j = first_bad_in_group.get(prompt_group[i])
-            cause = f"row {rows[j]} of {source_of(j)}: {details.get(int(j), reason)}" if j is not None else reason
-            messages.append(f"{reason}: {where} is dead-lettered because {cause}")
-    return messages
-
-
-def _batch_problem_text(reason, n, config):
-    if reason == "partial-group-index":
-        return "some rows have group_index and some do not; group-index semantics never guesses"
-    if reason == "group-sizes-mismatch":
-        return f"metadata prompt_group_sizes do not sum to the batch's {n} rows"
-    if reason == "batch-size-not-multiple":
-        return f"{n} rows without group_index is not a multiple of n_samples_per_prompt={config.n_samples_per_prompt}"
-    return "rows have no group_index and --n-samples-per-prompt is not set"

@@ -155,7 +155,7 @@ def _read_pt(path, raw, columns):
                                               "of non-negative integers")
     step = dump.get("rollout_id")
     try:
-        table = samples_to_table(samples, columns)
+        table = samples_to_table(samples, columns, dump=dump)
     except BadFile as bad:
         raise BadFile(bad.reason, f"{path}: {bad.message}") from bad
     return table, {

@@ -9,40 +9,50 @@ import json
 
 import pyarrow as pa
 
+from transforms.lib import dump_record
 from transforms.lib.errors import BadFile
 
 
-def samples_to_table(samples: list[dict], columns=None) -> pa.Table:
+def samples_to_table(samples: list[dict], columns=None, dump: dict | None = None) -> pa.Table:
     """Sample.to_dict() rows as columns; key order of first appearance.
 
     Rule for values Arrow cannot type (mixed types in one field, empty dicts,
     objects): the column is stored as JSON text, documented in README.
+    dump: the whole dump the samples come from; given (and every column read), the table carries
+    the record that rebuilds the dump from its rows (dump_record.py) in its schema metadata.
     """
     names: dict[str, None] = {}
     for sample in samples:
         names.update(dict.fromkeys(sample))
     wanted = [n for n in names if columns is None or n in columns]
-    arrays = [_to_arrow([_plain(s.get(name)) for s in samples]) for name in wanted]
-    return pa.table(arrays, names=wanted) if wanted else pa.table({}).append_column(
+    arrays, as_json = [], set()
+    for name in wanted:
+        array, encoded = _to_arrow([_plain(s.get(name)) for s in samples])
+        arrays.append(array)
+        if encoded:
+            as_json.add(name)
+    table = pa.table(arrays, names=wanted) if wanted else pa.table({}).append_column(
         "_empty", pa.nulls(len(samples))).drop(["_empty"])
+    if dump is not None and columns is None:
+        table = dump_record.attach(table, dump_record.describe(dump, samples, table.schema, as_json))
+    return table
 
 
 def _plain(value):
-    if hasattr(value, "tolist") and type(value).__module__.startswith("torch"):
-        return value.tolist()
-    return value
+    return value.tolist() if dump_record.is_tensor(value) else value
 
 
-def _to_arrow(values: list) -> pa.Array:
+def _to_arrow(values: list) -> tuple[pa.Array, bool]:
+    """The column, and whether it had to be stored as JSON text."""
     try:
         array = pa.array(values)
         if _storable(array.type):
-            return array
+            return array, False
     except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError, RecursionError):
         pass
     try:
         return pa.array([None if v is None else json.dumps(v, sort_keys=True, default=str) for v in values],
-                        pa.string())
+                        pa.string()), True
     except (RecursionError, ValueError) as error:
         raise BadFile("unreadable-file", f"a value is nested too deeply to store: {error}") from error
 

@@ -23,6 +23,15 @@ from transforms.lib.columns import (
     usable_columns,
 )
 from transforms.lib.errors import BadFile
+from transforms.lib.sample_core import (
+    FLOAT32_MAX,
+    MAX_RESPONSE_TOKENS,
+    mask_length_text,
+    negative_length_text,
+    null_mask_text,
+    reward_type_text,
+    too_large_text,
+)
 from transforms.lib.settings import RewardFields
 
 
@@ -31,10 +40,7 @@ def batch_key_of(source: str, step) -> str:
     return f"step={step}" if step is not None else f"file={source}"
 
 
-FLOAT32_MAX = float(np.finfo(np.float32).max)
 
-# A response longer than this is not a real rollout; building its mask would exhaust memory.
-MAX_RESPONSE_TOKENS = 1 << 24
 
 def slim_input_columns(reward: RewardFields | None = None) -> tuple[str, ...]:
     """The input columns slim extraction reads: the interpreted ones, and the baseline's column."""
@@ -78,15 +84,15 @@ def extract_slim(table: pa.Table, source: str, reward: RewardFields | str | None
     length = np.where(length_given, length, mask_len)
 
     flag(problem, details, length_given & (length < 0), "negative-length",
-          lambda i: f"response_length is {length[i]}")
+          lambda i: negative_length_text(length[i]))
     flag(problem, details, (length > MAX_RESPONSE_TOKENS) | (mask_len > MAX_RESPONSE_TOKENS), "value-too-large",
-          lambda i: f"response of {max(length[i], mask_len[i])} tokens is over the {MAX_RESPONSE_TOKENS} limit")
+          lambda i: too_large_text(max(length[i], mask_len[i])))
     flag(problem, details, has_mask & length_given & (mask_len != length), "mask-length",
-          lambda i: f"len(loss_mask) is {mask_len[i]} but response_length is {length[i]}")
+          lambda i: mask_length_text(mask_len[i], length[i]))
     if mask is not None and mask.values.null_count:
         null_tokens = list_sums(pa.ListArray.from_arrays(mask.offsets, pc.cast(mask.values.is_null(), pa.int8())))
         flag(problem, details, has_mask & (null_tokens > 0), "null-mask-value",
-              lambda i: f"loss_mask holds {null_tokens[i]} null value(s) among its {mask_len[i]}")
+              lambda i: null_mask_text(null_tokens[i], mask_len[i]))
     remove = bool_column(table, "remove_sample")
     trainable = np.where(remove, 0, np.where(has_mask, mask_sum, np.maximum(length, 0)))
 
@@ -140,8 +146,7 @@ def _reward_values(table, reward_key, problem, details):
     if reward_key is None:
         if not _is_number(kind):
             flag(problem, details, np.ones(n, dtype=bool), "non-numeric-reward",
-                  lambda i: f"reward has type {kind}" + ("; pass --reward-key to pick a field"
-                                                        if pa.types.is_struct(kind) or pa.types.is_map(kind) else ""))
+                  lambda i: reward_type_text(str(kind), None))
             return np.zeros(n)
         values = column
     elif pa.types.is_struct(kind):
@@ -159,7 +164,7 @@ def _reward_values(table, reward_key, problem, details):
         flag(problem, details, absent, "missing-reward-key", lambda i: f"reward map has no key {reward_key!r}")
     else:
         flag(problem, details, np.ones(n, dtype=bool), "missing-reward-key",
-              lambda i: f"--reward-key {reward_key!r} given but reward has type {kind}")
+              lambda i: reward_type_text(str(kind), reward_key))
         return np.zeros(n)
     if not _is_number(values.type):
         flag(problem, details, np.ones(n, dtype=bool), "non-numeric-reward",

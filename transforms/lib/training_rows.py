@@ -5,15 +5,22 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from transforms.lib import dump_record
 from transforms.lib.columns import bool_column, int_column, usable_columns
 
 
 def training_rows(table: pa.Table, result: pa.Table) -> pa.Table:
-    """Input columns kept as they are (loss_mask replaced), training columns added, result rows only."""
+    """Input columns kept as they are (loss_mask replaced), training columns added, result rows only.
+
+    Rows read from a .pt dump keep the dump's record (dump_record.py), noting which rows remain.
+    """
     result = result.sort_by("row")
     take = result.column("row")
+    record = dump_record.read(table.schema.metadata)
     if take.length() != table.num_rows:
         table = table.take(take)
+        if record is not None:
+            record = dump_record.with_rows_kept(record, take.to_pylist())
     view = usable_columns(table, "", np.zeros(table.num_rows, dtype=np.int64), {})
     mask = _final_loss_mask(view)
     truncated = (pc.fill_null(pc.equal(view.column("status"), "truncated"), False)
@@ -35,7 +42,8 @@ def training_rows(table: pa.Table, result: pa.Table) -> pa.Table:
     for name, column in added.items():
         names.append(name)
         columns.append(column)
-    return pa.table(columns, names=names)
+    rows = pa.table(columns, names=names)
+    return rows if record is None else dump_record.attach(rows, record)
 
 
 def _final_loss_mask(table: pa.Table) -> pa.Array:

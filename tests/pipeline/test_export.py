@@ -1,0 +1,219 @@
+"""`relabel export`: the real fixtures come back field for field, run -> export -> run reproduces the
+advantages bit for bit, and the output directory follows relabel run's rules (atomic, resumable, no-op
+when complete, other options refused)."""
+import json
+import os
+import signal
+import subprocess
+import sys
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import torch
+
+from tests.conftest import FIXTURES, ROOT, run_cli
+from tests.strict import differences
+from transforms.lib.faults import ENV
+
+RELABELLED = ("reward", "loss_mask")
+
+CASES = {
+    "slime_rollout_data": ("slime", []),
+    "miles_rollout_data": ("miles", []),
+    "miles_reward_dict": ("miles", ["--reward-key", "acc"]),
+}
+
+
+@pytest.fixture(scope="module", params=list(CASES))
+def exported(request, tmp_path_factory):
+    folder = request.param
+    to, options = CASES[folder]
+    root = tmp_path_factory.mktemp(folder)
+    run_cli("run", "--input", os.path.join(FIXTURES, folder), "--output", root / "rows", *options)
+    proc = run_cli("export", "--input", root / "rows", "--output", root / "dumps", "--to", to)
+    return folder, to, root, proc
+
+
+def parts_by_source(rows_dir):
+    manifest = json.loads((rows_dir / "_manifest.json").read_text())
+    return {entry["path"]: pq.read_table(rows_dir / entry["output"]) for entry in manifest["inputs"]}
+
+
+def test_every_fixture_dump_comes_back_field_for_field(exported):
+    folder, to, root, proc = exported
+    parts = parts_by_source(root / "rows")
+    names = sorted(os.listdir(os.path.join(FIXTURES, folder)))
+    assert sorted(n for n in os.listdir(root / "dumps") if n.endswith(".pt")) == names
+    for name in names:
+        source = os.path.join(FIXTURES, folder, name)
+        original = torch.load(source, weights_only=True)
+        dump = torch.load(root / "dumps" / name, weights_only=True)  # plain types and tensors only
+        assert list(dump) == (["rollout_id", "samples"] if to == "slime" else ["rollout_id", "metadata", "samples"])
+        assert list(dump) == list(original)  # the layout the trainer wrote
+        assert dump["rollout_id"] == original["rollout_id"]
+        assert differences(original.get("metadata"), dump.get("metadata")) == []
+        part = parts[source].to_pydict()
+        assert len(dump["samples"]) == len(original["samples"]) == len(part["advantage"])
+        for i, (before, after) in enumerate(zip(original["samples"], dump["samples"])):
+            assert after["reward"] == part["advantage"][i] and type(after["reward"]) is float
+            assert after["loss_mask"] == part["loss_mask"][i]
+            assert after["metadata"]["raw_reward"] == part["raw_reward"][i]
+            after = dict(after, metadata={k: v for k, v in after["metadata"].items() if k != "raw_reward"})
+            unchanged = {k: v for k, v in before.items() if k not in RELABELLED}
+            assert differences(unchanged, {k: v for k, v in after.items() if k not in RELABELLED}) == [], (name, i)
+    assert "0 dead, 0 filtered" in proc.stdout and "--disable-rewards-normalization" in proc.stdout
+
+
+def test_relabelling_the_export_without_normalization_gives_its_advantages_bit_for_bit(exported):
+    folder, _, root, _ = exported
+    run_cli("run", "--input", root / "dumps", "--output", root / "again", "--no-rewards-normalization")
+    first = parts_by_source(root / "rows")
+    again = parts_by_source(root / "again")
+    for source, part in first.items():
+        name = os.path.basename(source)
+        (second,) = [t for s, t in again.items() if os.path.basename(s) == name]
+        a = part.column("advantage").to_numpy()
+        b = second.column("advantage").to_numpy()
+        assert a.dtype == b.dtype == np.float32 and np.array_equal(a.view(np.int32), b.view(np.int32))
+        assert second.column("loss_mask").equals(part.column("loss_mask"))
+
+
+def test_a_rerun_is_a_no_op_and_other_options_are_refused(exported):
+    _, to, root, _ = exported
+    before = {n: (root / "dumps" / n).stat().st_mtime_ns for n in os.listdir(root / "dumps")}
+    proc = run_cli("export", "--input", root / "rows", "--output", root / "dumps", "--to", to)
+    assert "already complete" in proc.stdout
+    assert {n: (root / "dumps" / n).stat().st_mtime_ns for n in os.listdir(root / "dumps")} == before
+    other = "miles" if to == "slime" else "slime"
+    proc = run_cli("export", "--input", root / "rows", "--output", root / "dumps", "--to", other, check_codes=(2,))
+    assert "made with other options" in proc.stderr and "--overwrite" in proc.stderr
+
+
+def generated_run(tmp_path, flavor="slime", **spec):
+    from pipeline.generate import RunSpec, write_pt_run
+    write_pt_run(RunSpec(**dict(dict(steps=3, prompts_per_step=2, samples_per_prompt=4, seed=5), **spec)),
+                 tmp_path / "in", flavor=flavor)
+    run_cli("run", "--input", tmp_path / "in", "--output", tmp_path / "rows")
+    return tmp_path / "rows"
+
+
+def test_overwrite_replaces_an_export_made_with_other_options(tmp_path):
+    rows = generated_run(tmp_path)
+    run_cli("export", "--input", rows, "--output", tmp_path / "d", "--to", "slime")
+    run_cli("export", "--input", rows, "--output", tmp_path / "d", "--to", "miles", "--overwrite")
+    dump = torch.load(tmp_path / "d" / "0.pt", weights_only=True)
+    assert list(dump) == ["rollout_id", "metadata", "samples"]
+    assert json.loads((tmp_path / "d" / "_manifest.json").read_text())["export"]["to"] == "miles"
+
+
+def export_subprocess(rows, output, env=None):
+    return subprocess.run([sys.executable, "-m", "pipeline", "export", "--input", str(rows), "--output",
+                           str(output), "--to", "slime"], cwd=ROOT, env=dict(os.environ, **(env or {})),
+                          capture_output=True, text=True, timeout=300)
+
+
+@pytest.mark.parametrize("crash", ["before-rename:1.pt", "after-rename:1.pt", "before-rename:_manifest.json"])
+def test_killed_mid_export_it_leaves_only_complete_dumps_and_resumes(tmp_path, crash):
+    rows = generated_run(tmp_path)
+    run_cli("export", "--input", rows, "--output", tmp_path / "reference", "--to", "slime")
+    killed = export_subprocess(rows, tmp_path / "d", {ENV: crash})
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
+    visible = [n for n in os.listdir(tmp_path / "d") if not n.startswith(".")]
+    assert "_manifest.json" not in visible
+    for name in visible:
+        if name.endswith(".pt"):  # what is visible under a final name is complete
+            assert (tmp_path / "d" / name).read_bytes() == (tmp_path / "reference" / name).read_bytes()
+    resumed = export_subprocess(rows, tmp_path / "d")
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert "already there" in resumed.stdout
+    final = sorted(n for n in os.listdir(tmp_path / "d") if not n.startswith("."))
+    assert final == sorted(n for n in os.listdir(tmp_path / "reference") if not n.startswith("."))
+    for name in final:
+        assert (tmp_path / "d" / name).read_bytes() == (tmp_path / "reference" / name).read_bytes(), name
+
+
+def test_refusals_are_usage_errors(tmp_path):
+    (tmp_path / "empty").mkdir()
+    proc = run_cli("export", "--input", tmp_path / "empty", "--output", tmp_path / "d", "--to", "slime",
+                   check_codes=(2,))
+    assert "no _manifest.json" in proc.stderr
+    rows = generated_run(tmp_path)
+    proc = run_cli("export", "--input", rows, "--output", rows, "--to", "slime", check_codes=(2,))
+    assert "must not be the --input" in proc.stderr
+    proc = run_cli("export", "--input", rows, "--output", tmp_path / "d", "--to", "verl", check_codes=(2,))
+    assert "--to" in proc.stderr
+    (tmp_path / "foreign").mkdir()
+    (tmp_path / "foreign" / "0.pt").write_bytes(b"someone else's")
+    proc = run_cli("export", "--input", rows, "--output", tmp_path / "foreign", "--to", "slime", check_codes=(2,))
+    assert "not written by relabel export" in proc.stderr
+
+
+@pytest.mark.parametrize("estimator", ["ppo", "reinforce_plus_plus"])
+def test_terminal_reward_estimators_are_refused_unless_forced(tmp_path, estimator):
+    from pipeline.generate import RunSpec, write_pt_run
+    write_pt_run(RunSpec(steps=1, prompts_per_step=2, samples_per_prompt=4, seed=1), tmp_path / "in")
+    run_cli("run", "--input", tmp_path / "in", "--output", tmp_path / "rows", "--estimator", estimator)
+    proc = run_cli("export", "--input", tmp_path / "rows", "--output", tmp_path / "d", "--to", "slime",
+                   check_codes=(2,))
+    assert f"estimator {estimator}" in proc.stderr and "terminal reward" in proc.stderr and "--force" in proc.stderr
+    assert not (tmp_path / "d").exists()
+    run_cli("export", "--input", tmp_path / "rows", "--output", tmp_path / "d", "--to", "slime", "--force")
+    assert (tmp_path / "d" / "0.pt").exists()
+
+
+def test_parquet_rows_export_by_step_in_row_order(tmp_path):
+    from pipeline.generate import RunSpec, write_parquet_run
+    write_parquet_run(RunSpec(steps=2, prompts_per_step=2, samples_per_prompt=4, files_per_step=2, seed=3),
+                      tmp_path / "in")
+    run_cli("run", "--input", tmp_path / "in", "--output", tmp_path / "rows")
+    run_cli("export", "--input", tmp_path / "rows", "--output", tmp_path / "d", "--to", "miles")
+    manifest = json.loads((tmp_path / "rows" / "_manifest.json").read_text())
+    rows = pa.concat_tables([pq.read_table(tmp_path / "rows" / e["output"]) for e in manifest["inputs"]])
+    for step in (0, 1):
+        dump = torch.load(tmp_path / "d" / f"{step}.pt", weights_only=True)
+        assert list(dump) == ["rollout_id", "metadata", "samples"] and dump["rollout_id"] == step
+        mine = rows.filter(pa.compute.equal(rows.column("step"), step)).to_pylist()  # files in path order
+        assert len(dump["samples"]) == len(mine)
+        for sample, row in zip(dump["samples"], mine):
+            assert sample["reward"] == row["advantage"] and sample["loss_mask"] == row["loss_mask"]
+            assert sample["index"] == row["index"] and sample["step"] == step
+            assert sample["metadata"] == {"raw_reward": row["raw_reward"]}
+            assert sample["status"] in ("completed", "truncated", "aborted")
+            assert not {"advantage", "raw_reward", "mainstream", "prompt_group"} & set(sample)
+
+
+def test_lost_rows_are_counted_per_batch_and_flagged(tmp_path):
+    samples = [{"group_index": g, "index": i, "rollout_id": i, "reward": r, "response_length": 2,
+                "loss_mask": [1, 1], "status": "completed", "metadata": {}}
+               for i, (g, r) in enumerate([(0, 1.0), (0, 0.0), (1, float("nan")), (1, 1.0), (2, 1.0), (2, 1.0)])]
+    (tmp_path / "in").mkdir()
+    torch.save({"rollout_id": 4, "metadata": {"prompt_group_sizes": [2, 2, 2]}, "samples": samples},
+               tmp_path / "in" / "4.pt")
+    run_cli("run", "--input", tmp_path / "in", "--output", tmp_path / "rows", "--drop-uniform-groups",
+            check_codes=(3,))
+    proc = run_cli("export", "--input", tmp_path / "rows", "--output", tmp_path / "d", "--to", "miles",
+                   check_codes=(3,))
+    assert "4.pt: 2 dead (non-finite-reward), 2 filtered (uniform-group) not exported" in proc.stdout
+    assert "the trainer sees 2 samples, not 6" in proc.stdout
+    dump = torch.load(tmp_path / "d" / "4.pt", weights_only=True)
+    assert [s["index"] for s in dump["samples"]] == [0, 1]
+    assert dump["metadata"]["prompt_group_sizes"] == [2, 0, 0]
+    manifest = json.loads((tmp_path / "d" / "_manifest.json").read_text())
+    assert manifest["batches"][0]["dead"] == {"non-finite-reward": 2} and manifest["batches"][0]["short"]
+    assert manifest["counts"]["samples"] == 2
+
+
+def test_a_stopped_watch_output_exports_with_its_per_input_dead_letters(tmp_path):
+    samples = [{"group_index": g, "index": i, "rollout_id": i, "reward": r, "response_length": 2, "loss_mask": [1, 1],
+                "status": "completed", "metadata": {}}
+               for i, (g, r) in enumerate([(0, 1.0), (0, 0.0), (1, float("nan")), (1, 1.0)])]
+    (tmp_path / "in").mkdir()
+    torch.save({"rollout_id": 7, "samples": samples}, tmp_path / "in" / "7.pt")
+    run_cli("watch", "--input", tmp_path / "in", "--output", tmp_path / "rows", "--stop-after-idle", "0.5",
+            "--poll-interval", "0.2", check_codes=(0, 3))
+    proc = run_cli("export", "--input", tmp_path / "rows", "--output", tmp_path / "d", "--to", "slime",
+                   check_codes=(3,))
+    assert "7.pt: 2 dead (non-finite-reward) not exported" in proc.stdout
+    assert [s["index"] for s in torch.load(tmp_path / "d" / "7.pt", weights_only=True)["samples"]] == [0, 1]

@@ -1,0 +1,197 @@
+"""The reward hooks: what slime / miles get back equals `relabel run` on the same samples saved as a dump,
+for every semantics and estimator; bad input raises as the pipeline dead-letters it; no Beam, no pyarrow."""
+import json
+import os
+import subprocess
+import sys
+import zlib
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+import torch
+
+import rollout_relabel
+from rollout_relabel.hooks import ZERO_BAD_GROUPS_ENV, BadRollouts, miles, slime
+from tests.conftest import ROOT, run_cli
+from tests.samples import ALLOWED, Args, StandInSample, random_samples
+from transforms.core.config import SEMANTICS
+
+ESTIMATORS = ("grpo", "gspo", "cispo", "dr_grpo", "reinforce_plus_plus_baseline", "rloo", "ppo",
+              "reinforce_plus_plus")
+PROMPTS, ROLLOUTS = 3, 4
+
+
+def float32_bits(values):
+    return np.asarray(values, dtype=np.float32).view(np.int32).tolist()
+
+
+def hook_env(monkeypatch, semantics, mainstream=None):
+    monkeypatch.setenv("ROLLOUT_RELABEL_SEMANTICS", semantics)
+    if mainstream:
+        monkeypatch.setenv("ROLLOUT_RELABEL_MAINSTREAM", mainstream)
+    else:
+        monkeypatch.delenv("ROLLOUT_RELABEL_MAINSTREAM", raising=False)
+    monkeypatch.delenv("ROLLOUT_RELABEL_ESTIMATOR", raising=False)
+    monkeypatch.delenv(ZERO_BAD_GROUPS_ENV, raising=False)
+
+
+def in_memory(samples, args, semantics, mainstream=None):
+    """What `relabel run` writes for the samples' dump (rollout_relabel.relabel equals it; tested there)."""
+    return rollout_relabel.relabel(
+        [s.to_dict() for s in samples], semantics=semantics, estimator=args.advantage_estimator,
+        std_normalization=args.grpo_std_normalization, rewards_normalization=args.rewards_normalization,
+        n_samples_per_prompt=args.n_samples_per_prompt, rollout_batch_size=args.rollout_batch_size,
+        reward_key=args.reward_key, mainstream=mainstream)
+
+
+@pytest.mark.parametrize("estimator", ESTIMATORS)
+@pytest.mark.parametrize("semantics", SEMANTICS)
+@pytest.mark.parametrize("std", [True, False], ids=["std", "no-std"])
+def test_the_hook_gives_relabel_runs_advantages(monkeypatch, semantics, estimator, std):
+    hook_env(monkeypatch, semantics)
+    positional = semantics == "legacy-reshape"  # slices of n rows: a batch of exactly n x rbs rows
+    samples = random_samples(zlib.crc32(f"{semantics}{estimator}{std}".encode()), prompts=PROMPTS, rollouts=ROLLOUTS)
+    if positional:
+        samples = samples[:PROMPTS * ROLLOUTS]
+    args = Args(advantage_estimator=estimator, grpo_std_normalization=std, n_samples_per_prompt=ROLLOUTS,
+                rollout_batch_size=PROMPTS if positional else None)
+    StandInSample.touched = set()
+    raw, rewards = slime.post_process_rewards(args, samples)
+    assert StandInSample.touched <= ALLOWED
+    expected = in_memory(samples, args, semantics)
+    assert expected.rows_dead == 0 and expected.rows_written == len(samples)
+    assert float32_bits(rewards) == float32_bits(expected.training_rows.column("advantage").to_pylist())
+    assert raw == [s.reward for s in samples] and len(rewards) == len(samples)
+    assert len(set(rewards)) > (1 if estimator in ("ppo", "reinforce_plus_plus") else 2)  # not a degenerate case
+    assert all(type(r) is float for r in rewards)
+    assert miles.post_process_rewards(args, samples) == (raw, rewards)
+
+
+@pytest.mark.parametrize("mainstream", ["most-trainable", "last"])
+def test_mainstream_policies_and_uneven_sibling_rewards(monkeypatch, mainstream):
+    hook_env(monkeypatch, "rollout-mainstream", mainstream)
+    samples = random_samples(7, shared_rewards=False)
+    args = Args(grpo_std_normalization=True)
+    _, rewards = slime.post_process_rewards(args, samples)
+    expected = in_memory(samples, args, "rollout-mainstream", mainstream)
+    assert float32_bits(rewards) == float32_bits(expected.training_rows.column("advantage").to_pylist())
+
+
+def test_rewards_normalization_off_passes_the_reward_values_through(monkeypatch):
+    hook_env(monkeypatch, "rollout-mainstream")
+    samples = random_samples(3)
+    raw, rewards = slime.post_process_rewards(Args(rewards_normalization=False), samples)
+    assert rewards == [float(np.float32(s.reward)) for s in samples] and raw == [s.reward for s in samples]
+
+
+def test_a_reward_key_picks_the_field(monkeypatch):
+    hook_env(monkeypatch, "rollout-mainstream")
+    samples = random_samples(4)
+    for s in samples:
+        s.reward = {"acc": s.reward, "format": 1.0}
+    args = Args(reward_key="acc")
+    raw, rewards = miles.post_process_rewards(args, samples)
+    expected = in_memory(samples, args, "rollout-mainstream")
+    assert float32_bits(rewards) == float32_bits(expected.training_rows.column("advantage").to_pylist())
+    assert raw == [s.reward["acc"] for s in samples]
+
+
+def spoil(kind):
+    """Samples with one kind of bad input, and the options that make it bad."""
+    samples, options = random_samples(11), {}
+    if kind == "nan-reward":
+        samples[5].reward = float("nan")
+    elif kind == "no-reward":
+        samples[2].reward = None
+    elif kind == "mask-length":
+        samples[3].loss_mask, samples[3].response_length = [1, 1], 5
+    elif kind == "null-in-mask":
+        samples[0].loss_mask, samples[0].response_length = [1, None, 1], 3
+    elif kind == "negative-length":
+        samples[1].loss_mask, samples[1].response_length = None, -3
+    elif kind == "reward-key-missing":
+        for s in samples:
+            s.reward = {"acc": s.reward}
+        samples[6].reward = {"format": 0.0}
+        options["reward_key"] = "acc"
+    elif kind == "sibling-mismatch":
+        options["semantics"] = "rollout-shared"
+        rollout = [s for s in samples if s.rollout_id is not None]
+        twins = [s for s in rollout if sum(t.rollout_id == s.rollout_id for t in rollout) > 1]
+        twins[0].reward = 5.0
+    elif kind == "partial-group-index":
+        options["semantics"] = "group-index"
+        samples[0].group_index = None
+    return samples, options
+
+
+BAD = ["nan-reward", "no-reward", "mask-length", "null-in-mask", "negative-length", "reward-key-missing",
+       "sibling-mismatch", "partial-group-index"]
+
+
+@pytest.mark.parametrize("kind", BAD)
+def test_bad_input_raises_with_the_reason_and_message_relabel_run_writes(monkeypatch, kind):
+    samples, options = spoil(kind)
+    semantics = options.get("semantics", "rollout-mainstream")
+    hook_env(monkeypatch, semantics)
+    args = Args(reward_key=options.get("reward_key"))
+    with pytest.raises(BadRollouts) as raised:
+        slime.post_process_rewards(args, samples)
+    expected = in_memory(samples, args, semantics)
+    dead = expected.dead_letters.to_pylist()
+    assert dead, kind
+    records = [(d["row"], d["reason"], d["message"].replace("<memory>", "<samples>")) for d in dead]
+    assert raised.value.records == records
+    assert (raised.value.reason, raised.value.message) == records[0][1:]
+    assert str(raised.value).startswith(records[0][2])
+
+
+def test_opting_in_zeroes_the_bad_groups_and_says_so(monkeypatch, caplog):
+    hook_env(monkeypatch, "rollout-mainstream")
+    monkeypatch.setenv(ZERO_BAD_GROUPS_ENV, "1")
+    samples, _ = spoil("no-reward")
+    args = Args()
+    with caplog.at_level("WARNING", logger="rollout_relabel.hooks"):
+        raw, rewards = slime.post_process_rewards(args, samples)
+    expected = in_memory(samples, args, "rollout-mainstream")
+    dead = {d["row"] for d in expected.dead_letters.to_pylist()}
+    written = iter(expected.training_rows.column("advantage").to_pylist())
+    assert float32_bits(rewards) == float32_bits([0.0 if i in dead else next(written) for i in range(len(samples))])
+    assert raw[2] == 0.0  # a row with no reward is logged as 0
+    (message,) = [r.getMessage() for r in caplog.records]
+    assert f"{len(dead)} of {len(samples)} samples (1 prompt groups)" in message and "non-numeric-reward" in message
+
+
+@pytest.mark.parametrize("semantics, flavor", [("group-index", "slime"), ("rollout-mainstream", "miles")])
+def test_the_hook_equals_a_real_relabel_run_on_the_dump(monkeypatch, tmp_path, semantics, flavor):
+    hook_env(monkeypatch, semantics)
+    samples = random_samples(21, prompts=4, rollouts=5)
+    dump = {"rollout_id": 0, "samples": [s.to_dict() for s in samples]}
+    if flavor == "miles":
+        dump = {"rollout_id": 0, "metadata": {}, "samples": dump["samples"]}
+    (tmp_path / "in").mkdir()
+    torch.save(dump, tmp_path / "in" / "0.pt")
+    run_cli("run", "--input", tmp_path / "in", "--output", tmp_path / "out", "--semantics", semantics,
+            "--estimator", "gspo")
+    manifest = json.loads((tmp_path / "out" / "_manifest.json").read_text())
+    written = pq.read_table(tmp_path / "out" / manifest["inputs"][0]["output"]).column("advantage").to_pylist()
+    hook = slime if flavor == "slime" else miles
+    _, rewards = hook.post_process_rewards(Args(advantage_estimator="gspo"), samples)
+    assert float32_bits(rewards) == float32_bits(written)
+
+
+def test_the_hooks_import_neither_beam_nor_pyarrow():
+    code = """
+import sys
+from rollout_relabel.hooks import slime, miles
+from tests.samples import Args, random_samples
+samples = random_samples(1)
+assert len(slime.post_process_rewards(Args(), samples)[1]) == len(samples)
+assert len(miles.post_process_rewards(Args(), samples)[1]) == len(samples)
+print(sorted(m for m in sys.modules if m.split(".")[0] in ("apache_beam", "pyarrow", "torch", "pandas")))
+"""
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120,
+                          env={k: v for k, v in os.environ.items() if not k.startswith("ROLLOUT_RELABEL")})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.strip() == "[]"
