@@ -39,9 +39,11 @@ class RewardFields:
     baseline_column: str | None = None           # --baseline-column: a column or a dotted path into one
 
 
-# Labeling options of version 2 of the contract: left out of a run's record while they have their default,
-# so that the fingerprint of every run made without them stays as it was.
-V2_DEFAULTS = {"singleton_groups": "zero", "reward_keys": None, "reward_weights": None, "baseline_column": None}
+# The labeling options of the first release, always in a run's record. Any option added since is left out
+# while it has its default, so that the record and fingerprint of every run made without it stay as they
+# were: a new option needs no entry here. (History: never edit this list.)
+FIRST_RECORD = ("semantics", "estimator", "std_normalization", "rewards_normalization", "mainstream",
+                "n_samples_per_prompt", "rollout_batch_size", "reward_key", "drop_uniform_groups")
 
 
 @dataclass(frozen=True)
@@ -88,11 +90,12 @@ class Labeling:
 
     def record(self) -> dict:
         """What made every training row: each option, and the semantics' version (2 when an estimator
-        or option of version 2 of the contract is used). Version 2 options are left out while they have
-        their default: a run that does not use them keeps its record and fingerprint. Values as JSON
+        or option of version 2 of the contract is used). Options added after the first release are left
+        out while they have their default: a run that does not use them keeps its record and fingerprint. Values as JSON
         reads them back (lists, not tuples), so a record compares equal to the one stored."""
+        defaults = Labeling().values()
         record = {k: list(v) if isinstance(v, tuple) else v for k, v in self.values().items()
-                  if not (k in V2_DEFAULTS and v == V2_DEFAULTS[k])}
+                  if k in FIRST_RECORD or v != defaults[k]}
         return dict(record, semantics_version=self.core.version)
 
 
