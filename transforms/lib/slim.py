@@ -19,7 +19,6 @@ from transforms.lib.columns import (
     flag,
     int_column,
     list_sums,
-    optional_int,
     usable_columns,
 )
 from transforms.lib.errors import BadFile
@@ -96,10 +95,8 @@ def extract_slim(table: pa.Table, source: str, reward: RewardFields | str | None
     remove = bool_column(table, "remove_sample")
     trainable = np.where(remove, 0, np.where(has_mask, mask_sum, np.maximum(length, 0)))
 
-    rollout_id, index = optional_int(table, "rollout_id"), optional_int(table, "index")
-    rollout_key = pa.array(np.where(rollout_id[1], rollout_id[0], index[0]),
-                           mask=~(rollout_id[1] | index[1]))
-    group_index = optional_int(table, "group_index")
+    group_index, group_text = _key(table, "group_index")
+    rollout_key, rollout_text = _rollout_key(table)
     baseline = None
     if fields.baseline_column is not None:  # after every row problem: a problem's text wins its row's detail
         baseline = _baseline_values(table, fields.baseline_column, problem, details)
@@ -110,7 +107,7 @@ def extract_slim(table: pa.Table, source: str, reward: RewardFields | str | None
         "row": pa.array(np.arange(n, dtype=np.int64)),
         "reward": pa.array(np.where(problem == 0, reward, 0.0)),
         "trainable": pa.array(trainable.astype(np.int64)),
-        "group_index": pa.array(group_index[0], mask=~group_index[1]),
+        "group_index": group_index,
         "rollout_key": rollout_key,
         "problem": pa.array(problem),
         "detail": pa.array(detail, pa.string()),
@@ -122,7 +119,12 @@ def extract_slim(table: pa.Table, source: str, reward: RewardFields | str | None
                                                            pa.array(kept))
     if baseline is not None:
         columns["baseline"] = pa.array(baseline, mask=~np.isfinite(baseline))
-    slim = pa.table(columns, schema=schemas.slim_schema(parts is not None, baseline is not None))
+    if group_text is not None:
+        columns["group_text"] = group_text
+    if rollout_text is not None:
+        columns["rollout_text"] = rollout_text
+    slim = pa.table(columns, schema=schemas.slim_schema(parts is not None, baseline is not None,
+                                                        group_text is not None, rollout_text is not None))
 
     if "step" not in table.column_names:
         return [(batch_key_of(source, None), slim)]
@@ -135,6 +137,34 @@ def extract_slim(table: pa.Table, source: str, reward: RewardFields | str | None
     for step in np.unique(step_values):
         out.append((batch_key_of(source, int(step)), slim.filter(pa.array(step_values == step))))
     return out
+
+def _key(table, name):
+    """(int64 key with nulls, None) for integer keys; (placeholder int64 valid where the text is, the key
+    as text) for text keys, which label_batch codes by first appearance in the batch."""
+    n = table.num_rows
+    if name not in table.column_names:
+        return pa.nulls(n, pa.int64()), None
+    column = table.column(name).combine_chunks()
+    if pa.types.is_integer(column.type):
+        return pc.cast(column, pa.int64()), None
+    return _placeholder(column), pc.cast(column, pa.string())
+
+
+def _placeholder(text) -> pa.Array:
+    return pa.array(np.zeros(len(text), dtype=np.int64), mask=np.asarray(text.is_null()))
+
+
+def _rollout_key(table):
+    """rollout_id, falling back to index where it is null: int64, or text when either is text."""
+    rollout_id, rollout_text = _key(table, "rollout_id")
+    index, index_text = _key(table, "index")
+    if rollout_text is None and index_text is None:
+        return pc.coalesce(rollout_id, index), None
+    as_text = [t if t is not None else pc.cast(k, pa.string())
+               for k, t in ((rollout_id, rollout_text), (index, index_text))]
+    text = pc.coalesce(*as_text)
+    return _placeholder(text), text
+
 
 def _reward_values(table, reward_key, problem, details):
     n = table.num_rows
