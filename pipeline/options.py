@@ -95,6 +95,12 @@ def add_labeling(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--batch-from", dest="batch_from", choices=("column", "file", "folder"), default="column",
                        help="the batch: the step column (default; each file without one), each file, or each "
                             "file's folder")
+    group.add_argument("--group-key", dest="group_key", choices=("verl-uid",),
+                       help="derive the group from part of group_index: verl-uid takes {uid} of verl's "
+                            "{uid}_{session}_{index}")
+    group.add_argument("--format", dest="format", choices=("slime", "miles", "verl", "areal", "nemo-rl", "trl"),
+                       help="a framework's dump layout and default options (docs/formats.md); expanded into "
+                            "flags before the command line's")
     group.add_argument("--n-samples-per-prompt", type=int, metavar="N", help="positional groups of N rows")
     group.add_argument("--rollout-batch-size", type=int, metavar="B", help="with N: a batch of N*B rows is sliced")
 

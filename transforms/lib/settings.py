@@ -39,12 +39,15 @@ class RewardFields:
     baseline_column: str | None = None           # --baseline-column: a column or a dotted path into one
     columns: tuple[str, ...] | None = None       # --column NAME=SOURCE: where each interpreted column is read
     batch_from: str = "column"                   # --batch-from: the step column, the file or its folder
+    group_key: str | None = None                 # --group-key: a group key derived from part of group_index
 
 
 # What --column may name (NAME=SOURCE): the interpreted input columns
 MAPPABLE = ("reward", "step", "group_index", "index", "rollout_id", "response_length", "loss_mask",
             "remove_sample", "status")
 BATCH_FROM = ("column", "file", "folder")
+# --group-key: documented rules that derive the group key from part of a text group_index
+GROUP_KEYS = ("verl-uid",)  # verl v1: `{uid}_{session}_{index}` -> `{uid}` (uid.rsplit("_", 2)[0])
 
 
 def column_map(columns) -> dict[str, str]:
@@ -66,7 +69,7 @@ def column_map(columns) -> dict[str, str]:
 # Labeling options of version 2 of the contract: left out of a run's record while they have their default,
 # so that the fingerprint of every run made without them stays as it was.
 V2_DEFAULTS = {"singleton_groups": "zero", "reward_keys": None, "reward_weights": None, "baseline_column": None,
-               "columns": None, "batch_from": "column"}
+               "columns": None, "batch_from": "column", "group_key": None}
 
 
 @dataclass(frozen=True)
@@ -78,11 +81,14 @@ class Labeling:
     baseline_column: str | None = None   # remax: each unit's baseline (a column or a dotted path into one)
     columns: tuple[str, ...] | None = None  # --column NAME=SOURCE (sorted by NAME): where each column is read
     batch_from: str = "column"           # --batch-from: column (the step), file, or folder
+    group_key: str | None = None         # --group-key verl-uid: the group is a documented part of group_index
 
     def __post_init__(self):
         if self.columns is not None:
             mapping = column_map(self.columns)
             object.__setattr__(self, "columns", tuple(f"{k}={v}" for k, v in sorted(mapping.items())) or None)
+        if self.group_key is not None and self.group_key not in GROUP_KEYS:
+            raise ValueError(f"--group-key must be one of {', '.join(GROUP_KEYS)}, got {self.group_key!r}")
         if self.batch_from not in BATCH_FROM:
             raise ValueError(f"--batch-from must be one of {', '.join(BATCH_FROM)}, got {self.batch_from!r}")
         if self.reward_key is not None and self.core.reward_keys is not None:
@@ -98,7 +104,7 @@ class Labeling:
 
     def reward_fields(self) -> RewardFields:
         return RewardFields(self.reward_key, self.core.reward_keys, self.core.weights, self.baseline_column,
-                            self.columns, self.batch_from)
+                            self.columns, self.batch_from, self.group_key)
 
     @staticmethod
     def option_names() -> tuple[str, ...]:
@@ -184,7 +190,7 @@ class Side:
     # the reward key is the run's, not a side's: it is not part of a side's record
     NOT_PER_SIDE = ("reward_key",)
     # what the reward value is, also the run's (read once for both sides): no spec key, but in the record
-    RUN_WIDE = ("reward_keys", "reward_weights", "baseline_column", "columns", "batch_from")
+    RUN_WIDE = ("reward_keys", "reward_weights", "baseline_column", "columns", "batch_from", "group_key")
 
     def record(self) -> dict:
         record = {k: v for k, v in self.labeling.record().items() if k not in self.NOT_PER_SIDE}

@@ -107,6 +107,10 @@ def extract_slim(table: pa.Table, source: str, reward: RewardFields | str | None
     trainable = np.where(remove, 0, np.where(has_mask, mask_sum, np.maximum(length, 0)))
 
     group_index, group_text = _key(table, "group_index")
+    if fields.group_key == "verl-uid":  # {uid}_{session}_{index} -> {uid} (verl: uid.rsplit("_", 2)[0])
+        text = group_text if group_text is not None else pc.cast(group_index, pa.string())
+        group_text = pc.replace_substring_regex(text, r"_[^_]*_[^_]*$", "")
+        group_index = _placeholder(group_text)
     rollout_key, rollout_text = _rollout_key(table)
     baseline = None
     if fields.baseline_column is not None:  # after every row problem: a problem's text wins its row's detail
