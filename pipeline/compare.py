@@ -65,7 +65,9 @@ def parse_compare(argv: list[str]) -> tuple[Parsed, CompareSettings]:
 def build(p: beam.Pipeline, settings: CompareSettings, files, progress_dir: str | None):
     """Add the comparison graph to `p`: one element per group of files sharing batches."""
     # slim columns only: a group of any size fits one worker, so no group takes the shuffle path
-    groups, _ = group_by_batch_sharing(files, max_group_bytes=float("inf"))
+    labeling = settings.a.labeling  # the input's layout is run-wide: both sides carry it
+    groups, _ = group_by_batch_sharing(files, max_group_bytes=float("inf"), batch_from=labeling.batch_from,
+                                       step=labeling.step_column())
     records = [[dict(f.record(), name=f.output[len("part-"):-len(".parquet")]) for f in group] for group in groups]
     results = (p | "ListFileGroups" >> beam.Create(records)
                | "CompareLabelings" >> CompareLabelings(settings, progress_dir))

@@ -26,7 +26,9 @@ def build(p: beam.Pipeline, settings: RunSettings, files: list[InputFile], group
     --drop-uniform-groups (every unused stage costs start-up time on every runner).
     `groups`: group_by_batch_sharing(files), when the caller has it already.
     """
-    groups, shared = groups or group_by_batch_sharing(files)  # (one-pass groups, shuffle-path files)
+    # (one-pass groups, shuffle-path files)
+    groups, shared = groups or group_by_batch_sharing(files, batch_from=settings.labeling.batch_from,
+                                                      step=settings.labeling.step_column())
     hints = dict(settings.core_resource_hints)
 
     one_pass = (p | "ListFileGroups" >> beam.Create([[f.record() for f in g] for g in groups])

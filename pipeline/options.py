@@ -88,6 +88,19 @@ def add_labeling(parser: argparse.ArgumentParser) -> None:
                        help="which row of a rollout supplies its reward (rollout semantics only)")
     group.add_argument("--drop-uniform-groups", action="store_true",
                        help="groups whose rewards are all equal go to filtered.parquet")
+    group.add_argument("--column", dest="columns", action="append", metavar="NAME=SOURCE",
+                       help="read the interpreted column NAME (reward, step, group_index, index, rollout_id, "
+                            "response_length, loss_mask, remove_sample, status) from SOURCE: a column, or a dotted "
+                            "path into a struct/map column (a number steps into a list: rewards.0); repeatable")
+    group.add_argument("--batch-from", dest="batch_from", choices=("column", "file", "folder"), default="column",
+                       help="the batch: the step column (default; each file without one), each file, or each "
+                            "file's folder")
+    group.add_argument("--group-key", dest="group_key", choices=("verl-uid",),
+                       help="derive the group from part of group_index: verl-uid takes {uid} of verl's "
+                            "{uid}_{session}_{index}")
+    group.add_argument("--format", dest="format", choices=("slime", "miles", "verl", "areal", "nemo-rl", "trl"),
+                       help="a framework's dump layout and default options (docs/formats.md); expanded into "
+                            "flags before the command line's")
     group.add_argument("--n-samples-per-prompt", type=int, metavar="N", help="positional groups of N rows")
     group.add_argument("--rollout-batch-size", type=int, metavar="B", help="with N: a batch of N*B rows is sliced")
 

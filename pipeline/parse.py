@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions, TypeOptions
 
+from pipeline.formats import expand_format
 from pipeline.options import PARSERS
 from pipeline.run_config import expand_config
 from transforms.lib.errors import UsageError
@@ -37,7 +38,7 @@ class Parsed:
 
 def parse(command: str, argv: list[str]) -> Parsed:
     parser = PARSERS[command]()
-    args, rest = parser.parse_known_args(expand_config(list(argv), parser, beam_option_names()))
+    args, rest = parser.parse_known_args(expand_format(expand_config(list(argv), parser, beam_option_names())))
     _refuse_unknown(command, rest)
     options = PipelineOptions(rest)
     if options.view_as(StandardOptions).runner is None:

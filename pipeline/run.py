@@ -106,8 +106,9 @@ def _relabel(parsed: Parsed, settings: RunSettings, files, runner_check: RunnerC
     elif not settings.dry_run:
         _check_partial_output(output, files, settings)
 
-    footers = read_footers(files)
-    one_pass, shared = groups = group_by_batch_sharing(files, footers=footers)
+    labeling = settings.labeling
+    footers = read_footers(files, step=labeling.step_column())
+    one_pass, shared = groups = group_by_batch_sharing(files, footers=footers, batch_from=labeling.batch_from)
     if settings.local_threads:
         group_bytes = [sum(footers[f.path].decoded_bytes for f in group) for group in one_pass]
         use_local_threads(options, local_thread_count(settings.local_threads, group_bytes, available_memory(),

@@ -63,6 +63,8 @@ def _our_flags(flag: str, action: argparse.Action, value, path: str, key, by_nam
         return []
     if isinstance(value, list):
         return [f"{flag}={item}" for item in value]
+    if isinstance(value, dict):  # `columns: {reward: score}` -> --column reward=score
+        return [f"{flag}={k}={v}" for k, v in value.items()]
     return [f"{flag}={value}"]
 
 

@@ -62,14 +62,23 @@ SLIM = pa.schema([
 # --reward-keys field's value (gdpo), and the --baseline-column value (remax; null when unusable).
 SLIM_REWARD_PARTS = pa.field("reward_parts", pa.list_(pa.float64()))
 SLIM_BASELINE = pa.field("baseline", pa.float64())
+# A key stored as text (or as an integer beyond int64): its value as a string, coded to a dense int64
+# by first appearance in the batch before the core (transforms/lib/label_batch.py dense_keys).
+SLIM_GROUP_TEXT = pa.field("group_text", pa.string())
+SLIM_ROLLOUT_TEXT = pa.field("rollout_text", pa.string())
 
 
-def slim_schema(reward_parts: bool = False, baseline: bool = False) -> pa.Schema:
+def slim_schema(reward_parts: bool = False, baseline: bool = False, group_text: bool = False,
+                rollout_text: bool = False) -> pa.Schema:
     schema = SLIM
     if reward_parts:
         schema = schema.append(SLIM_REWARD_PARTS)
     if baseline:
         schema = schema.append(SLIM_BASELINE)
+    if group_text:
+        schema = schema.append(SLIM_GROUP_TEXT)
+    if rollout_text:
+        schema = schema.append(SLIM_ROLLOUT_TEXT)
     return schema
 
 # Per-row result of the advantage computation, joined back to its source file.

@@ -36,7 +36,7 @@ class WriteTrainingRowsFn(beam.DoFn):
             part_files.concat(joined["result"], schemas.RESULT),
             part_files.concat(joined["dead"], schemas.DEAD_LETTERS),
             part_files.concat(joined["filtered"], schemas.DEAD_LETTERS),
-            self._output_dir, lineage, complete)
+            self._output_dir, lineage, complete, self._settings.labeling.columns)
         yield from outcome_outputs(outcome)
 
 

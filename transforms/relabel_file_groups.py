@@ -82,7 +82,7 @@ class RelabelFileGroupFn(CoreDoFn):
                 record, full_table, part_files.concat(results.get(source, []), schemas.RESULT),
                 part_files.concat(dead.get(source, []), schemas.DEAD_LETTERS),
                 part_files.concat(filtered.get(source, []), schemas.DEAD_LETTERS),
-                settings.output, lineage, complete)
+                settings.output, lineage, complete, settings.labeling.columns)
             written_bytes = table.nbytes
             del table, full_table
             memory.release_free_memory(written_bytes)

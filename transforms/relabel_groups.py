@@ -33,7 +33,7 @@ def relabel_group(key, group_rows: list[dict], labeling: Labeling, device: str):
     result = label_batch(f"step={batch}", [(source, slim)], None, labeling, device)
     dead = with_row_json(result.dead, table) if result.dead.num_rows else result.dead
     filtered = with_row_json(result.filtered, table) if result.filtered.num_rows else result.filtered
-    return training_rows(table, result.results[source]), dead, filtered
+    return training_rows(table, result.results[source], labeling.columns), dead, filtered
 
 
 class RelabelGroupFn(CoreDoFn):

@@ -110,7 +110,7 @@ CASES = [
      GROUP1),
     ("absurd-length", parquet(base(response_length=[2] * 7 + [10 ** 12], loss_mask=None)), [], "value-too-large",
      GROUP1),
-    ("ill-typed-group-index", parquet(base(group_index=["a"] * 8)), [], "ill-typed-column", ALL),
+    ("ill-typed-group-index", parquet(base(group_index=[[1]] * 8)), [], "ill-typed-column", ALL),
     ("ill-typed-loss-mask", parquet(base(loss_mask=["1,1"] * 8)), [], "ill-typed-column", ALL),
     ("null-step", parquet(base(step=[0] * 7 + [None])), [], "missing-column", None),
     ("ill-typed-step", parquet(base(step=["x"] * 8)), [], "ill-typed-column", None),

@@ -219,10 +219,6 @@ HOSTILE = {
     "int-reward-beyond-2**53": (
         lambda p: pq.write_table(pa.table({"group_index": [0, 0], "reward": pa.array([2 ** 53 + 1, 1], pa.int64())}),
                                  p), "x.parquet", "value-too-large", "beyond 2**53", 2),
-    "uint64-group-index-beyond-2**63": (
-        lambda p: pq.write_table(pa.table({"group_index": pa.array([2 ** 63 + 5, 1], pa.uint64()),
-                                           "reward": [1.0, 0.0]}), p), "x.parquet", "value-too-large",
-        "beyond the int64 range", None),
     "duplicate-column-names": (write_duplicate_columns, "x.parquet", "duplicate-column", "'group_index'", None),
     "non-string-sample-key": (lambda p: pt_dump(p, [sample(0), {**sample(1), 7: "x"}]), "x.pt", "ill-typed-column",
                               "non-string key 7", None),

@@ -34,6 +34,7 @@ REASONS = (
     "passk-singleton-group",  # grpo_passk: a prompt group of one unit has no second value (unit: the group)
     "missing-baseline",       # remax: a unit's baseline is null, non-numeric or non-finite (unit: its group)
     "gdpo-too-few-tokens",    # gdpo: the batch's written rows have < 2 trainable tokens (unit: the batch)
+    "malformed-line",         # a JSONL line that is not a JSON object (unit: the line alone)
 )
 CODE = {name: i for i, name in enumerate(REASONS)}
 

@@ -14,6 +14,8 @@ from transforms.lib.errors import BadFile
 from transforms.lib.sample_core import ill_typed_text
 
 INTEGER_COLUMNS = ("step", "group_index", "index", "rollout_id", "response_length")
+# Keys: integers, or any value that can be told apart as text (a uid, a task id, the prompt itself)
+KEY_COLUMNS = ("group_index", "index", "rollout_id")
 INT64_MAX = 2 ** 63 - 1
 
 
@@ -29,6 +31,15 @@ def usable_columns(table, source, problem, details):
             table = table.drop_columns([name])
             continue
         expected = None
+        if name in KEY_COLUMNS:
+            keys = key_column(column)
+            if keys is None:
+                flag(problem, details, np.ones(table.num_rows, dtype=bool), "ill-typed-column",
+                     lambda i, name=name, kind=column.type: ill_typed_text(name, kind, "integers or strings"))
+                table = table.drop_columns([name])
+            elif keys is not column:
+                table = table.set_column(table.column_names.index(name), name, keys)
+            continue
         if name in INTEGER_COLUMNS and pa.types.is_uint64(column.type) and pc.max(column).as_py() is not None \
                 and pc.max(column).as_py() > INT64_MAX:
             # a key beyond int64 cannot be told from others: its group, so its batch, is unknown
@@ -56,6 +67,26 @@ def usable_columns(table, source, problem, details):
                   lambda i, name=name, kind=column.type, expected=expected: ill_typed_text(name, kind, expected))
             table = table.drop_columns([name])
     return table
+
+
+def key_column(column):
+    """A key column as int64 (integers that fit, integral floats) or as strings (anything else that has a
+    text form: strings, integers beyond int64, other floats, booleans); None when it has none (lists...)."""
+    kind = column.type
+    if pa.types.is_dictionary(kind):
+        column = pc.cast(column, kind.value_type)
+        kind = column.type
+    if pa.types.is_integer(kind):
+        if pa.types.is_uint64(kind) and (pc.max(column).as_py() or 0) > INT64_MAX:
+            return pc.cast(column, pa.string())
+        return column
+    if pa.types.is_floating(kind) and integral(column):
+        return pc.cast(column, pa.int64())
+    if _is_text(kind):
+        return pc.cast(column, pa.string()) if pa.types.is_large_string(kind) else column
+    if pa.types.is_floating(kind) or pa.types.is_boolean(kind) or pa.types.is_decimal(kind):
+        return pc.cast(column, pa.string())
+    return None
 
 
 def _is_text(kind) -> bool:

@@ -21,7 +21,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from transforms.lib.dead_letters import split_by_source
-from transforms.lib.label_batch import BatchResult, label_batch
+from transforms.lib.label_batch import BatchResult, concat_slim, dense_keys, label_batch
 from transforms.lib.settings import Side
 
 ZERO_TOL = 1e-6
@@ -64,7 +64,7 @@ def compare_batch(batch_key: str, parts: list[tuple[str, pa.Table]], prompt_grou
     side_b = label_batch(batch_key, parts, prompt_group_sizes, b.labeling, device)
     adv_a, state_a, _ = _aligned(side_a, parts)
     adv_b, state_b, group_b = _aligned(side_b, parts)
-    slim = pa.concat_tables([t for _, t in parts]) if parts else None
+    slim = concat_slim([t for _, t in parts]) if parts else None
     n = len(adv_a)
     file_rows = np.concatenate([np.asarray(t.column("row")) for _, t in parts]) if parts else np.zeros(0, np.int64)
     file_names = np.repeat(np.array([names.get(s, s) for s, _ in parts], dtype=object),
@@ -146,7 +146,7 @@ def _groups(slim, group_b, differs, wrong_sign, delta, compared, state_a, file_n
         entry[0] += 1
         entry[1] += int(d > 0)
 
-    keys = slim.column("rollout_key")
+    keys = dense_keys(slim)[1]
     rollout = np.where(np.asarray(keys.is_valid()), np.asarray(pc.fill_null(keys, 0)), -1 - np.arange(len(group_b)))
     pairs, fan = np.unique(np.stack([g, rollout[live]]), axis=1, return_counts=True)
     rollouts = np.bincount(pairs[0], minlength=n_groups)

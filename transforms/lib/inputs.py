@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from transforms.lib import filesystem
 from transforms.lib.errors import MissingInput, UsageError
-from transforms.lib.readers import PARQUET_SUFFIXES, PT_SUFFIXES
+from transforms.lib.readers import ROLLOUT_SUFFIXES
 
 GLOB_CHARS = re.compile(r"[*?\[]")
 SAFE = re.compile(r"[^A-Za-z0-9._=-]+")
@@ -65,7 +65,7 @@ def expand_inputs(inputs, output_dir: str) -> list[InputFile]:
 def output_name(path: str, root: str) -> str:
     """part-<path relative to its input root, extension dropped>.parquet, flattened and sanitized."""
     relative = path[len(root):].lstrip("/\\") if path.startswith(root) else os.path.basename(path)
-    stem = os.path.splitext(relative)[0]
+    stem = relative[:-len(".jsonl.gz")] if relative.lower().endswith(".jsonl.gz") else os.path.splitext(relative)[0]
     stem = "__".join(SAFE.sub("_", part) for part in re.split(r"[/\\]+", stem) if part not in ("", ".", ".."))
     return f"part-{stem or 'input'}.parquet"
 
@@ -104,7 +104,7 @@ def identity(path: str) -> str:
 
 def _is_rollout_file(path: str, hidden_ok: bool = False) -> bool:
     name = path.replace("\\", "/").rsplit("/", 1)[-1]
-    return (hidden_ok or not name.startswith((".", "_"))) and name.lower().endswith(PT_SUFFIXES + PARQUET_SUFFIXES)
+    return (hidden_ok or not name.startswith((".", "_"))) and name.lower().endswith(ROLLOUT_SUFFIXES)
 
 
 def _inside(path: str, directory: str) -> bool:

@@ -5,6 +5,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 import schemas
 from transforms.core.advantages import compute_advantages
@@ -36,7 +37,7 @@ def label_batch(batch_key: str, parts: list[tuple[str, pa.Table]], prompt_group_
     part_sources = [source for source, _ in parts]
     sizes = np.array([t.num_rows for _, t in parts], dtype=np.int64)
     bounds = np.concatenate([[0], np.cumsum(sizes)])
-    slim = (pa.concat_tables([t for _, t in parts]).combine_chunks() if parts else schemas.SLIM.empty_table())
+    slim = concat_slim([t for _, t in parts])
     n = slim.num_rows
     problem = fill(slim.column("problem"), 0).astype(np.int64)
     detail = slim.column("detail")
@@ -54,7 +55,7 @@ def label_batch(batch_key: str, parts: list[tuple[str, pa.Table]], prompt_group_
         duplicate[order[1:]] = keys[order[1:]] == keys[order[:-1]]
         flag(problem, details, duplicate, "duplicate-row", lambda i: f"row {rows[i]} of {source_of(i)} appears twice")
 
-    rollout_key = slim.column("rollout_key")
+    rollout_key = dense_keys(slim)[1]
     reward = fill(slim.column("reward"), 0.0).astype(np.float64)
     inp = core_input_from_slim(slim, np.zeros(n, dtype=np.int64), [prompt_group_sizes], problem)
     out = compute_advantages(inp.to(device), config, drop_uniform_groups).to("cpu")
@@ -103,7 +104,7 @@ def label_batch(batch_key: str, parts: list[tuple[str, pa.Table]], prompt_group_
 
 def core_input_from_slim(slim: pa.Table, batch_ids: np.ndarray, prompt_group_sizes: list, problem: np.ndarray):
     """The core's flat arrays (numpy, on the CPU) from slim rows sorted by (batch, row order)."""
-    group_index, rollout_key = slim.column("group_index"), slim.column("rollout_key")
+    group_index, rollout_key = dense_keys(slim)
     trainable = np.ascontiguousarray(fill(slim.column("trainable"), 0), dtype=np.int64)
     reward_parts = baseline = None
     if "reward_parts" in slim.column_names:
@@ -128,3 +129,28 @@ def core_input_from_slim(slim: pa.Table, batch_ids: np.ndarray, prompt_group_siz
         reward_parts=reward_parts,
         baseline=baseline,
     )
+
+
+def concat_slim(tables: list[pa.Table]) -> pa.Table:
+    """One batch's slim parts as one table; a part without a text key gets nulls there (dense_keys)."""
+    if not tables:
+        return schemas.SLIM.empty_table()
+    return pa.concat_tables(tables, promote_options="permissive").combine_chunks()
+
+
+def dense_keys(slim: pa.Table) -> tuple[pa.Array, pa.Array]:
+    """(group_index, rollout_key) as int64: integer keys as they are; when any part holds a key as text,
+    every key of that column is compared as text (an integer as its decimal digits) and coded 0, 1, ...
+    by first appearance in row order, so the prompt groups and rollouts do not depend on the key's type."""
+    return (_dense(slim, "group_index", "group_text"), _dense(slim, "rollout_key", "rollout_text"))
+
+
+def _dense(slim: pa.Table, name: str, text_name: str) -> pa.Array:
+    keys = slim.column(name).combine_chunks()
+    if text_name not in slim.column_names:
+        return keys
+    text = slim.column(text_name).combine_chunks()
+    if text.null_count:  # parts whose key was an integer
+        text = pc.if_else(text.is_valid(), text, pc.cast(keys, pa.string()))
+    codes = pc.index_in(text, pc.unique(pc.drop_null(text)))  # unique keeps first-appearance order
+    return pc.cast(codes, pa.int64())

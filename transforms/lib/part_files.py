@@ -51,7 +51,8 @@ def file_lineage(lineage: dict, record: dict, batch_inputs: str) -> dict:
 
 
 def finish_file(record: dict, full_table: Callable[[], pa.Table], result: pa.Table, dead: pa.Table,
-                filtered: pa.Table, output_dir: str, lineage: dict, complete: tuple[bool, int]) -> FileOutcome:
+                filtered: pa.Table, output_dir: str, lineage: dict, complete: tuple[bool, int],
+                columns=None) -> FileOutcome:
     """Write the file's training rows (unless complete) and attach rows to its records.
 
     full_table is called at most once, and only when the full rows are needed.
@@ -60,7 +61,7 @@ def finish_file(record: dict, full_table: Callable[[], pa.Table], result: pa.Tab
     if complete[0]:
         rows_out = complete[1]
     else:
-        training = training_rows(table, result)
+        training = training_rows(table, result, columns)
         output_files.write_parquet_atomically(training, output_dir, record["output"], lineage=lineage)
         rows_out = training.num_rows
     return FileOutcome(

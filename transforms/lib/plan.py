@@ -11,12 +11,13 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from transforms.lib import filesystem
 from transforms.lib.errors import BadFile
 from transforms.lib.inputs import InputFile
-from transforms.lib.readers import check_regular, file_format
+from transforms.lib.readers import check_regular, file_format, read_table
 
 # A group of files sharing batches larger than this goes through the shuffle path instead of one worker.
 MAX_GROUP_BYTES = 1 << 30
@@ -33,14 +34,17 @@ class Footer:
     decoded_bytes: int             # the file's size once decoded into Arrow (estimated)
 
 
-def read_footers(files: list[InputFile], threads: int = 16) -> dict[str, Footer]:
-    """Every file's footer, read once and in parallel: path -> Footer."""
+def read_footers(files: list[InputFile], threads: int = 16, step: str = "step") -> dict[str, Footer]:
+    """Every file's footer, read once and in parallel: path -> Footer. `step`: the step column's name
+    (--column step=SOURCE; a dotted path is not in a footer: each file is then a group of its own)."""
     with ThreadPoolExecutor(max_workers=threads) as pool:
-        return dict(zip([f.path for f in files], pool.map(read_footer, files), strict=True))
+        footers = pool.map(lambda f: read_footer(f, step), files)
+        return dict(zip([f.path for f in files], footers, strict=True))
 
 
 def group_by_batch_sharing(files: list[InputFile], max_group_bytes: int = MAX_GROUP_BYTES,
-                           footers: dict[str, Footer] | None = None) -> tuple[list[list[InputFile]], list[InputFile]]:
+                           footers: dict[str, Footer] | None = None, batch_from: str = "column",
+                           step: str = "step") -> tuple[list[list[InputFile]], list[InputFile]]:
     """(groups relabelled in one pass each, files for the shuffle path).
 
     Files whose `step` ranges overlap (transitively) share batches and form one
@@ -48,8 +52,13 @@ def group_by_batch_sharing(files: list[InputFile], max_group_bytes: int = MAX_GR
     of input goes to the shuffle path, which never holds a whole batch's heavy
     columns in one place.
     """
-    footers = footers if footers is not None else read_footers(files)
-    ranges = [footers[f.path].steps for f in files]
+    if batch_from == "folder":  # a folder is one batch: its files form one group, always in one pass
+        folders: dict[str, list[InputFile]] = {}
+        for f in files:
+            folders.setdefault(f.path.rsplit("/", 1)[0] if "/" in f.path else ".", []).append(f)
+        return sorted((sorted(g, key=lambda f: f.path) for g in folders.values()), key=lambda g: g[0].path), []
+    footers = footers if footers is not None else read_footers(files, step=step)
+    ranges = [footers[f.path].steps if batch_from == "column" else None for f in files]
     groups = [[f] for f, r in zip(files, ranges, strict=True) if r is None]
     stepped = [(f, r) for f, r in zip(files, ranges, strict=True) if r is not None]
     groups += [[f for f, _ in component] for component in overlapping_components(stepped)]
@@ -64,7 +73,9 @@ def step_range(f: InputFile):
     return read_footer(f).steps
 
 
-def read_footer(f: InputFile) -> Footer:
+def read_footer(f: InputFile, step: str = "step") -> Footer:
+    if file_format(f.path) == "jsonl" and not f.problem:
+        return _jsonl_footer(f, step)
     if file_format(f.path) != "parquet" or f.problem:
         return Footer(None, f.size)  # a .pt dump holds its tensors as they are
     try:
@@ -74,21 +85,34 @@ def read_footer(f: InputFile) -> Footer:
     try:
         with filesystem.open_read(f.path) as handle:
             parquet = pq.ParquetFile(handle)
-            return Footer(_steps(parquet), _decoded_bytes(parquet.metadata))
+            return Footer(_steps(parquet, step), _decoded_bytes(parquet.metadata))
     except (OSError, ValueError):  # not Parquet, or damaged (Arrow's errors are both): the one-pass path reports it
         return Footer(None, f.size)
 
 
-def _steps(parquet: pq.ParquetFile):
-    if "step" not in parquet.schema_arrow.names:
+def _jsonl_footer(f: InputFile, step: str) -> Footer:
+    """JSONL has no footer: its `step` values are read (the file is parsed twice; JSONL dumps are small)."""
+    try:
+        check_regular(f.path)
+        table, _ = read_table(f.path, columns=[step])
+        steps = table.column(step).drop_null() if step in table.column_names else None
+        if steps is None or len(steps) == 0 or not pa.types.is_integer(steps.type):
+            return Footer(None, f.size * 2)
+        return Footer((pc.min(steps).as_py(), pc.max(steps).as_py()), f.size * 2)
+    except BadFile:  # the one-pass path reports it
+        return Footer(None, f.size * 2)
+
+
+def _steps(parquet: pq.ParquetFile, step: str = "step"):
+    if step not in parquet.schema_arrow.names:
         return None
-    if not pa.types.is_integer(parquet.schema_arrow.field("step").type):
+    if not pa.types.is_integer(parquet.schema_arrow.field(step).type):
         return None  # ill-typed: the one-pass path dead-letters the file
-    index = parquet.schema_arrow.names.index("step")
+    index = parquet.schema_arrow.names.index(step)
     stats = [parquet.metadata.row_group(i).column(index).statistics for i in range(parquet.metadata.num_row_groups)]
     if stats and all(s is not None and s.has_min_max for s in stats):
         return min(s.min for s in stats), max(s.max for s in stats)
-    steps = parquet.read(columns=["step"]).column("step").drop_null()
+    steps = parquet.read(columns=[step]).column(step).drop_null()
     if len(steps) == 0:
         return None
     values = steps.to_pylist()

@@ -1,4 +1,4 @@
-"""Reading rollout files (Parquet, slime/miles .pt dumps) into Arrow tables.
+"""Reading rollout files (Parquet, JSONL, slime/miles .pt dumps) into Arrow tables.
 
 Every byte goes through transforms/lib/filesystem.py, so gs://, s3://, hdfs:// and
 mem:// paths work like local ones. No Beam pipeline code here.
@@ -15,11 +15,16 @@ import pyarrow.parquet as pq
 
 from transforms.lib import filesystem
 from transforms.lib.errors import BadFile, InputChanged
+from transforms.lib.jsonl import read_jsonl
 from transforms.lib.samples import samples_to_table
 from transforms.lib.settings import DEFAULT_MAX_FILE_BYTES
 
 PT_SUFFIXES = (".pt", ".pth")
 PARQUET_SUFFIXES = (".parquet", ".pq")
+JSONL_SUFFIXES = (".jsonl", ".jsonl.gz")
+ROLLOUT_SUFFIXES = PT_SUFFIXES + PARQUET_SUFFIXES + JSONL_SUFFIXES
+# Schema metadata key of a JSONL table: {row: text} for each line that is not a JSON object (its row is all
+# nulls, and slim extraction dead-letters it as malformed-line, in a group of its own)
 
 
 def file_format(path: str) -> str:
@@ -28,7 +33,9 @@ def file_format(path: str) -> str:
         return "pt"
     if lower.endswith(PARQUET_SUFFIXES):
         return "parquet"
-    raise BadFile("unreadable-file", f"{path}: unknown file type (expected .pt or .parquet)")
+    if lower.endswith(JSONL_SUFFIXES):
+        return "jsonl"
+    raise BadFile("unreadable-file", f"{path}: unknown file type (expected .pt, .parquet, .jsonl or .jsonl.gz)")
 
 
 def read_input(record: dict, columns=None, max_bytes: int = DEFAULT_MAX_FILE_BYTES) -> tuple[pa.Table, dict]:
@@ -84,6 +91,8 @@ def read_table(path: str, columns=None) -> tuple[pa.Table, dict]:
         if not raw:
             raise BadFile("empty-file", f"{path}: file is empty (0 bytes)")
         return _read_pt(path, raw, columns)
+    if file_format(path) == "jsonl":
+        return read_jsonl(path, _read_bytes(path), columns), {"step": None, "prompt_group_sizes": None}
     return _read_parquet(path, columns), {"step": None, "prompt_group_sizes": None}
 
 

@@ -37,6 +37,33 @@ class RewardFields:
     keys: tuple[str, ...] | None = None          # --reward-keys: the value is the weighted sum of these
     weights: tuple[float, ...] | None = None     # one per key (all 1 when not given)
     baseline_column: str | None = None           # --baseline-column: a column or a dotted path into one
+    columns: tuple[str, ...] | None = None       # --column NAME=SOURCE: where each interpreted column is read
+    batch_from: str = "column"                   # --batch-from: the step column, the file or its folder
+    group_key: str | None = None                 # --group-key: a group key derived from part of group_index
+
+
+# What --column may name (NAME=SOURCE): the interpreted input columns
+MAPPABLE = ("reward", "step", "group_index", "index", "rollout_id", "response_length", "loss_mask",
+            "remove_sample", "status")
+BATCH_FROM = ("column", "file", "folder")
+# --group-key: documented rules that derive the group key from part of a text group_index
+GROUP_KEYS = ("verl-uid",)  # verl v1: `{uid}_{session}_{index}` -> `{uid}` (uid.rsplit("_", 2)[0])
+
+
+def column_map(columns) -> dict[str, str]:
+    """--column NAME=SOURCE flags as {NAME: SOURCE}; ValueError naming a bad one."""
+    out = {}
+    for item in columns or ():
+        name, sep, source = item.partition("=")
+        name, source = name.strip(), source.strip()
+        if not sep or not source.strip(". "):
+            raise ValueError(f"--column {item!r}: expected NAME=SOURCE (SOURCE a column or a dotted path)")
+        if name not in MAPPABLE:
+            raise ValueError(f"--column {item!r}: NAME must be one of {', '.join(MAPPABLE)}")
+        if name in out:
+            raise ValueError(f"--column {name} given twice")
+        out[name] = source
+    return out
 
 
 # The labeling options of the first release, always in a run's record. Any option added since is left out
@@ -53,8 +80,18 @@ class Labeling:
     reward_key: str | None = None        # the reward is a struct/map: use this numeric field
     drop_uniform_groups: bool = False    # rows of groups whose rewards are all equal go to filtered.parquet
     baseline_column: str | None = None   # remax: each unit's baseline (a column or a dotted path into one)
+    columns: tuple[str, ...] | None = None  # --column NAME=SOURCE (sorted by NAME): where each column is read
+    batch_from: str = "column"           # --batch-from: column (the step), file, or folder
+    group_key: str | None = None         # --group-key verl-uid: the group is a documented part of group_index
 
     def __post_init__(self):
+        if self.columns is not None:
+            mapping = column_map(self.columns)
+            object.__setattr__(self, "columns", tuple(f"{k}={v}" for k, v in sorted(mapping.items())) or None)
+        if self.group_key is not None and self.group_key not in GROUP_KEYS:
+            raise ValueError(f"--group-key must be one of {', '.join(GROUP_KEYS)}, got {self.group_key!r}")
+        if self.batch_from not in BATCH_FROM:
+            raise ValueError(f"--batch-from must be one of {', '.join(BATCH_FROM)}, got {self.batch_from!r}")
         if self.reward_key is not None and self.core.reward_keys is not None:
             raise ValueError("--reward-key and --reward-keys exclude each other (one key: --reward-keys K)")
         if self.baseline_column is not None and not self.baseline_column.strip(". "):
@@ -62,8 +99,13 @@ class Labeling:
         if self.core.normalizes and self.core.estimator == REMAX and self.baseline_column is None:
             raise ValueError("--estimator remax needs --baseline-column COL (e.g. metadata.remax_baseline_reward)")
 
+    def step_column(self) -> str:
+        """The input column that holds the step, as the plan reads it from footers."""
+        return column_map(self.columns).get("step", "step")
+
     def reward_fields(self) -> RewardFields:
-        return RewardFields(self.reward_key, self.core.reward_keys, self.core.weights, self.baseline_column)
+        return RewardFields(self.reward_key, self.core.reward_keys, self.core.weights, self.baseline_column,
+                            self.columns, self.batch_from, self.group_key)
 
     @staticmethod
     def option_names() -> tuple[str, ...]:
@@ -150,7 +192,7 @@ class Side:
     # the reward key is the run's, not a side's: it is not part of a side's record
     NOT_PER_SIDE = ("reward_key",)
     # what the reward value is, also the run's (read once for both sides): no spec key, but in the record
-    RUN_WIDE = ("reward_keys", "reward_weights", "baseline_column")
+    RUN_WIDE = ("reward_keys", "reward_weights", "baseline_column", "columns", "batch_from", "group_key")
 
     def record(self) -> dict:
         record = {k: v for k, v in self.labeling.record().items() if k not in self.NOT_PER_SIDE}
@@ -167,6 +209,10 @@ class CompareSettings:
     reward_key: str | None = None
     device: str = "auto"
     progress: bool | None = None
+
+    def step_column(self) -> str:
+        """The input column that holds the step, as the plan reads it from footers."""
+        return column_map(self.columns).get("step", "step")
 
     def reward_fields(self) -> RewardFields:
         """Read once for both sides: the reward options are the run's, not a side's (both sides carry them)."""

@@ -19,10 +19,10 @@ from transforms.lib.columns import (
     flag,
     int_column,
     list_sums,
-    optional_int,
     usable_columns,
 )
 from transforms.lib.errors import BadFile
+from transforms.lib.jsonl import malformed_lines
 from transforms.lib.sample_core import (
     FLOAT32_MAX,
     MAX_RESPONSE_TOKENS,
@@ -44,10 +44,13 @@ def batch_key_of(source: str, step) -> str:
 
 def slim_input_columns(reward: RewardFields | None = None) -> tuple[str, ...]:
     """The input columns slim extraction reads: the interpreted ones, and the baseline's column."""
-    if reward is None or reward.baseline_column is None:
+    if reward is None:
         return schemas.SLIM_INPUT_COLUMNS
-    path = reward.baseline_column
-    return schemas.SLIM_INPUT_COLUMNS + tuple(dict.fromkeys((path, path.split(".", 1)[0])))
+    extra = mapped_sources(reward.columns)
+    if reward.baseline_column is not None:
+        path = reward.baseline_column
+        extra += (path, path.split(".", 1)[0])
+    return tuple(dict.fromkeys(schemas.SLIM_INPUT_COLUMNS + extra))
 
 
 def extract_slim(table: pa.Table, source: str, reward: RewardFields | str | None = None
@@ -62,6 +65,13 @@ def extract_slim(table: pa.Table, source: str, reward: RewardFields | str | None
     n = table.num_rows
     problem = np.zeros(n, dtype=np.int64)
     details: dict[int, str] = {}
+    table = mapped_columns(table, fields.columns, problem, details)
+    malformed = malformed_lines(table)
+    if malformed:  # first: its nulls are not the row's problem
+        where = np.zeros(n, dtype=bool)
+        where[list(malformed)] = True
+        flag(problem, details, where, "malformed-line", lambda i: malformed[i])
+        table = _around_malformed(table, where, source)
     table = usable_columns(table, source, problem, details)
 
     parts = None
@@ -96,10 +106,12 @@ def extract_slim(table: pa.Table, source: str, reward: RewardFields | str | None
     remove = bool_column(table, "remove_sample")
     trainable = np.where(remove, 0, np.where(has_mask, mask_sum, np.maximum(length, 0)))
 
-    rollout_id, index = optional_int(table, "rollout_id"), optional_int(table, "index")
-    rollout_key = pa.array(np.where(rollout_id[1], rollout_id[0], index[0]),
-                           mask=~(rollout_id[1] | index[1]))
-    group_index = optional_int(table, "group_index")
+    group_index, group_text = _key(table, "group_index")
+    if fields.group_key == "verl-uid":  # {uid}_{session}_{index} -> {uid} (verl: uid.rsplit("_", 2)[0])
+        text = group_text if group_text is not None else pc.cast(group_index, pa.string())
+        group_text = pc.replace_substring_regex(text, r"_[^_]*_[^_]*$", "")
+        group_index = _placeholder(group_text)
+    rollout_key, rollout_text = _rollout_key(table)
     baseline = None
     if fields.baseline_column is not None:  # after every row problem: a problem's text wins its row's detail
         baseline = _baseline_values(table, fields.baseline_column, problem, details)
@@ -110,7 +122,7 @@ def extract_slim(table: pa.Table, source: str, reward: RewardFields | str | None
         "row": pa.array(np.arange(n, dtype=np.int64)),
         "reward": pa.array(np.where(problem == 0, reward, 0.0)),
         "trainable": pa.array(trainable.astype(np.int64)),
-        "group_index": pa.array(group_index[0], mask=~group_index[1]),
+        "group_index": group_index,
         "rollout_key": rollout_key,
         "problem": pa.array(problem),
         "detail": pa.array(detail, pa.string()),
@@ -122,9 +134,16 @@ def extract_slim(table: pa.Table, source: str, reward: RewardFields | str | None
                                                            pa.array(kept))
     if baseline is not None:
         columns["baseline"] = pa.array(baseline, mask=~np.isfinite(baseline))
-    slim = pa.table(columns, schema=schemas.slim_schema(parts is not None, baseline is not None))
+    if group_text is not None:
+        columns["group_text"] = group_text
+    if rollout_text is not None:
+        columns["rollout_text"] = rollout_text
+    slim = pa.table(columns, schema=schemas.slim_schema(parts is not None, baseline is not None,
+                                                        group_text is not None, rollout_text is not None))
 
-    if "step" not in table.column_names:
+    if fields.batch_from == "folder":
+        return [(f"folder={source.rsplit('/', 1)[0] if '/' in source else '.'}", slim)]
+    if "step" not in table.column_names or fields.batch_from == "file":
         return [(batch_key_of(source, None), slim)]
     steps = table.column("step")
     if steps.null_count:
@@ -135,6 +154,76 @@ def extract_slim(table: pa.Table, source: str, reward: RewardFields | str | None
     for step in np.unique(step_values):
         out.append((batch_key_of(source, int(step)), slim.filter(pa.array(step_values == step))))
     return out
+
+def mapped_columns(table: pa.Table, columns, problem=None, details=None) -> pa.Table:
+    """The table as the interpreted columns see it under --column NAME=SOURCE: NAME holds SOURCE's values
+    (a column, or a dotted path into one; the input's own NAME, if any, is not interpreted). A SOURCE the
+    file lacks makes every row's NAME missing (missing-column)."""
+    if not columns:
+        return table
+    metadata = table.schema.metadata
+    for item in columns:
+        name, _, source = item.partition("=")
+        values, why = _lookup_path(table, source, name)
+        if name in table.column_names:
+            table = table.drop_columns([name])
+        if values is None:
+            if problem is not None:
+                flag(problem, details, np.ones(table.num_rows, dtype=bool), "missing-column",
+                     lambda i, why=why, item=item: f"--column {item}: {why}")
+            continue
+        table = table.append_column(name, pa.array(values) if isinstance(values, np.ndarray) else values)
+    return table.replace_schema_metadata(metadata)
+
+
+def mapped_sources(columns) -> tuple[str, ...]:
+    """The input columns --column reads (each SOURCE's top-level column)."""
+    return tuple(item.partition("=")[2].split(".", 1)[0] for item in columns or ())
+
+
+def _around_malformed(table, where, source):
+    """A malformed line's row (all nulls) in a prompt group of its own, in the batch of the row before it
+    (after it, for the first lines): the rows around it are labelled as if it were not there."""
+    rows = np.flatnonzero(where)
+    if "group_index" in table.column_names:
+        column = table.column("group_index").combine_chunks()
+        text = pc.cast(column, pa.string()).to_pylist()
+        for i in rows:
+            text[i] = f"\0malformed line of {source}, row {i}"  # no real key holds a NUL
+        table = table.set_column(table.column_names.index("group_index"), "group_index", pa.array(text))
+    if "step" in table.column_names and table.column("step").null_count < table.num_rows:
+        steps = pc.fill_null_backward(pc.fill_null_forward(table.column("step").combine_chunks()))
+        table = table.set_column(table.column_names.index("step"), "step", steps)
+    return table
+
+
+def _key(table, name):
+    """(int64 key with nulls, None) for integer keys; (placeholder int64 valid where the text is, the key
+    as text) for text keys, which label_batch codes by first appearance in the batch."""
+    n = table.num_rows
+    if name not in table.column_names:
+        return pa.nulls(n, pa.int64()), None
+    column = table.column(name).combine_chunks()
+    if pa.types.is_integer(column.type):
+        return pc.cast(column, pa.int64()), None
+    return _placeholder(column), pc.cast(column, pa.string())
+
+
+def _placeholder(text) -> pa.Array:
+    return pa.array(np.zeros(len(text), dtype=np.int64), mask=np.asarray(text.is_null()))
+
+
+def _rollout_key(table):
+    """rollout_id, falling back to index where it is null: int64, or text when either is text."""
+    rollout_id, rollout_text = _key(table, "rollout_id")
+    index, index_text = _key(table, "index")
+    if rollout_text is None and index_text is None:
+        return pc.coalesce(rollout_id, index), None
+    as_text = [t if t is not None else pc.cast(k, pa.string())
+               for k, t in ((rollout_id, rollout_text), (index, index_text))]
+    text = pc.coalesce(*as_text)
+    return _placeholder(text), text
+
 
 def _reward_values(table, reward_key, problem, details):
     n = table.num_rows
@@ -273,18 +362,25 @@ def _note(problem, details, where, describe):
         details.setdefault(int(i), describe(int(i)))
 
 
-def _lookup_path(table, path):
-    """The values at `path`: a column, or a dotted path into a struct/map (or JSON text) column.
+def _lookup_path(table, path, what="baseline"):
+    """The values at `path`: a column, or a dotted path into a struct/map (or JSON text) column; a number
+    steps into a list (`rewards.0`: the first element, null where the list is shorter).
 
     Returns (Arrow array or float64 numpy array, None) or (None, why it cannot be read)."""
     if path in table.column_names:
         return table.column(path).combine_chunks(), None
     top, *steps = path.split(".")
     if top not in table.column_names:
-        return None, f"the file has no column {top!r} (for baseline {path!r})"
+        return None, f"the file has no column {top!r} (for {what} {path!r})"
     values = table.column(top).combine_chunks()
     for depth, step in enumerate(steps):
         kind = values.type
+        if (pa.types.is_list(kind) or pa.types.is_large_list(kind)) and step.isdigit():
+            lengths = fill(pc.list_value_length(values), 0)
+            short = np.asarray(values.is_null()) | (lengths <= int(step))
+            safe = pc.if_else(pa.array(short), pa.scalar(None, kind), values)
+            values = pc.list_element(pc.fill_null(safe, pa.scalar([None] * (int(step) + 1), kind)), int(step))
+            continue
         if pa.types.is_struct(kind):
             if kind.get_field_index(step) < 0:
                 where = ".".join([top] + steps[:depth])

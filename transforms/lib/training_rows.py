@@ -7,9 +7,10 @@ import pyarrow.compute as pc
 
 from transforms.lib import dump_record
 from transforms.lib.columns import bool_column, int_column, usable_columns
+from transforms.lib.slim import mapped_columns
 
 
-def training_rows(table: pa.Table, result: pa.Table) -> pa.Table:
+def training_rows(table: pa.Table, result: pa.Table, columns=None) -> pa.Table:
     """Input columns kept as they are (loss_mask replaced), training columns added, result rows only.
 
     Rows read from a .pt dump keep the dump's record (dump_record.py), noting which rows remain.
@@ -21,7 +22,7 @@ def training_rows(table: pa.Table, result: pa.Table) -> pa.Table:
         table = table.take(take)
         if record is not None:
             record = dump_record.with_rows_kept(record, take.to_pylist())
-    view = usable_columns(table, "", np.zeros(table.num_rows, dtype=np.int64), {})
+    view = usable_columns(mapped_columns(table, columns), "", np.zeros(table.num_rows, dtype=np.int64), {})
     mask = _final_loss_mask(view)
     truncated = (pc.fill_null(pc.equal(view.column("status"), "truncated"), False)
                  if "status" in view.column_names else pa.array(np.zeros(table.num_rows, dtype=bool)))

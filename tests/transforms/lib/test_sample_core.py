@@ -7,6 +7,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
+from transforms.core.reasons import REASONS
 from transforms.lib.label_batch import core_input_from_slim
 from transforms.lib.sample_core import arrow_type, rows_from_samples
 from transforms.lib.samples import samples_to_table
@@ -25,9 +26,11 @@ GOOD = {
 # Arrow types by the order they come in (sample_core.py's docstring)
 BAD = {
     "reward": [None, float("nan"), float("inf"), -float("inf"), "high", {"acc": 1.0}],
-    "group_index": [None, 2.0, 2.5, "a"],
+    # keys: the trainers' Sample holds integers; a text or fractional key is a key to relabel run (any type)
+    # but refused by the hooks (test_a_key_of_another_type_below)
+    "group_index": [None, 2.0],
     "index": [None, 7.0],
-    "rollout_id": [None, 3.5],
+    "rollout_id": [None, 3.0],
     "response_length": [None, -2, 5, 1 << 25],
     "loss_mask": [[1, None, 1], [1.0, 0.0, 1.0], []],
     "remove_sample": [None, 1],
@@ -94,3 +97,16 @@ def test_bool_masks_are_refused_both_ways():
 def test_a_nan_reward_text_is_the_same():
     rows = rows_from_samples(as_objects([{"reward": math.nan, "group_index": 0}]))
     assert rows.details == {0: "reward is nan"}
+
+
+@pytest.mark.parametrize("name, value", [("group_index", "a"), ("group_index", 2.5), ("rollout_id", 3.5)])
+def test_a_key_of_another_type_is_a_key_to_the_pipeline_and_ill_typed_to_the_hooks(name, value):
+    samples = random_batch(7)
+    for s in samples:
+        s.pop("remove_sample", None)
+    samples[3][name] = value
+    [(_, slim)] = extract_slim(samples_to_table(samples), "<samples>", None)
+    assert slim.column("problem").to_pylist() == [0] * len(samples)
+    rows = rows_from_samples(as_objects(samples))
+    assert {REASONS[c] for c in rows.core.row_problem.tolist()} == {"ill-typed-column"}  # integer keys only
+    assert f"column `{name}` has type" in rows.details[0]

@@ -1,0 +1,120 @@
+"""--format presets on fixtures written field for field as the frameworks write them (docs/formats.md)."""
+import json
+import os
+import statistics
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from tests.conftest import run_cli
+
+
+def grpo(rewards):
+    """Group mean and sample std (ddof 1), eps 1e-6: the advantage of each reward of one group."""
+    if len(rewards) == 1:
+        return [0.0]
+    m, s = statistics.mean(rewards), statistics.stdev(rewards)
+    return [(r - m) / (s + 1e-6) if s > 0 else r - m for r in rewards]
+
+
+def write_verl(folder, step, groups, bad_line_after=None):
+    """verl's `_write_generations` (verl/trainer/ppo/v1/trainer_base.py, verl-project/verl@1dda039b):
+    `{step}.jsonl`, one line per response with input, output, gts, score, step and (v1) uid =
+    `{uid}_{session_id}_{index}`, sorted by (uid, session, index)."""
+    lines = []
+    for g, rewards in enumerate(groups):
+        for session, reward in enumerate(rewards):
+            lines.append(json.dumps({"input": f"prompt {g}", "output": f"answer {session}", "gts": "42",
+                                     "score": reward, "step": step, "uid": f"4f2c-{g:04d}-9a_{session}_0"}))
+            if bad_line_after == len(lines):
+                lines.append('{"input": "prompt", "score": 0.')
+    os.makedirs(folder, exist_ok=True)
+    with open(os.path.join(folder, f"{step}.jsonl"), "w") as handle:
+        handle.write("\n".join(lines) + "\n")
+
+
+def test_verl(tmp_path):
+    groups = [[1.0, 0.0, 1.0], [0.0, 1.0], [1.0, 1.0, 0.0, 0.5], [None, 1.0]]
+    write_verl(tmp_path / "in", 1, groups, bad_line_after=4)
+    run_cli("run", "--format", "verl", "--input", tmp_path / "in", "--output", tmp_path / "out", check_codes=(3,))
+    rows = pq.read_table(tmp_path / "out" / "part-1.parquet").to_pylist()
+    want = [a for g in groups[:3] for a in grpo(g)]
+    assert [r["advantage"] for r in rows] == pytest.approx(want, abs=1e-5)
+    assert rows[0]["uid"] == "4f2c-0000-9a_0_0"  # the input's columns kept
+    dead = pq.read_table(tmp_path / "out" / "dead_letters.parquet").to_pylist()
+    assert [(d["row"], d["reason"]) for d in dead] == [(4, "malformed-line"), (10, "non-numeric-reward"),
+                                                        (11, "non-numeric-reward")]
+
+
+def write_areal(root, version, tasks):
+    """AReaL's `WorkflowExecutor._dump_trajectory` (areal/infra/workflow_executor.py,
+    inclusionAI/AReaL@4aef98d8): `{...}/rollout/{tail_version}/{task_id}.jsonl`, one line per trajectory row
+    with task_id, sample_idx, seqlen, prompt_len, head_version, tail_version, reward, prompt, completion."""
+    folder = os.path.join(root, "rollout", str(version))
+    os.makedirs(folder, exist_ok=True)
+    for task_id, rewards in tasks.items():
+        with open(os.path.join(folder, f"{task_id}.jsonl"), "a") as handle:
+            for i, reward in enumerate(rewards):
+                handle.write(json.dumps({"task_id": task_id, "sample_idx": i, "seqlen": 30 + i, "prompt_len": 20,
+                                         "head_version": -1, "tail_version": version, "reward": reward,
+                                         "prompt": "<|im_start|>user q", "completion": "a"}) + "\n")
+
+
+def test_areal(tmp_path):
+    tasks = {3: [1.0, 0.0, 0.5], 7: [0.0, 1.0]}
+    write_areal(tmp_path / "in", 1, tasks)
+    write_areal(tmp_path / "in", 2, {9: [1.0, 0.2, 0.3, 0.0]})
+    run_cli("run", "--format", "areal", "--input", tmp_path / "in", "--output", tmp_path / "out")
+    three = pq.read_table(tmp_path / "out" / "part-rollout__1__3.parquet").column("advantage").to_pylist()
+    nine = pq.read_table(tmp_path / "out" / "part-rollout__2__9.parquet").column("advantage").to_pylist()
+    assert three == pytest.approx(grpo(tasks[3]), abs=1e-5)
+    assert nine == pytest.approx(grpo([1.0, 0.2, 0.3, 0.0]), abs=1e-5)
+
+
+def write_trl(folder, step, groups, reward_name="accuracy_reward"):
+    """TRL's `GRPOTrainer.log` (trl/trainer/grpo_trainer.py, huggingface/trl@f2cd5771):
+    `completions/completions_{step:05d}.parquet` with step, prompt, completion, one column per reward function
+    and advantage; groups are consecutive slices of num_generations."""
+    rows = [{"step": step, "prompt": f"p{g}", "completion": "c", reward_name: r, "advantage": a}
+            for g, rewards in enumerate(groups) for r, a in zip(rewards, grpo(rewards))]
+    os.makedirs(folder, exist_ok=True)
+    pq.write_table(pa.Table.from_pylist(rows), os.path.join(folder, f"completions_{step:05d}.parquet"))
+
+
+def test_trl(tmp_path):
+    groups = [[1.0, 0.0, 1.0, 0.0, 0.5, 0.5, 1.0, 0.0], [0.2] * 4 + [1.0] * 4]
+    write_trl(tmp_path / "in", 10, groups)
+    run_cli("run", "--format", "trl", "--column", "reward=accuracy_reward", "--input", tmp_path / "in",
+            "--output", tmp_path / "out")
+    rows = pq.read_table(tmp_path / "out" / "part-completions_00010.parquet")
+    assert rows.column("advantage").to_pylist() == pytest.approx(rows.column("advantage").to_pylist())
+    assert rows.column("advantage").to_pylist() == pytest.approx([a for g in groups for a in grpo(g)], abs=1e-5)
+
+
+def write_nemo_rl(folder, step, groups):
+    """NeMo-RL's `grpo_train` dump through `log_batched_dict_as_jsonl` (nemo_rl/algorithms/grpo.py,
+    nemo_rl/utils/logger.py, NVIDIA-NeMo/RL@7ea279ab): `train_data_step{N}.jsonl`, every value wrapped in a
+    1-element list, plus `idx`; the advantage expanded over every token position."""
+    lines, idx = [], 0
+    for g, rewards in enumerate(groups):
+        for r in rewards:
+            others = [x for x in rewards if x is not r]
+            adv = r - sum(others) / len(others)
+            lines.append(json.dumps({"content": [[f"q{g}", "a"]], "rewards": [r], "input_lengths": [5],
+                                     "token_ids": [[1, 2, 3, 4, 5]], "token_loss_mask": [[0, 0, 1, 1, 1]],
+                                     "sample_loss_mask": [1.0], "advantages": [[adv] * 5],
+                                     "generation_logprobs": [[0.0] * 5], "prev_logprobs": [[0.0] * 5], "idx": idx}))
+            idx += 1
+    os.makedirs(folder, exist_ok=True)
+    with open(os.path.join(folder, f"train_data_step{step}.jsonl"), "w") as handle:
+        handle.write("\n".join(lines) + "\n")
+
+
+def test_nemo_rl(tmp_path):
+    groups = [[1.0, 0.0], [0.5, 0.25]]  # n = 2: NeMo-RL's LOO std is 0, so adv = r_i - r_j, unscaled
+    write_nemo_rl(tmp_path / "in", 1, groups)
+    run_cli("run", "--format", "nemo-rl", "--n-samples-per-prompt", "2", "--input", tmp_path / "in",
+            "--output", tmp_path / "out")
+    rows = pq.read_table(tmp_path / "out" / "part-train_data_step1.parquet").to_pylist()
+    assert [r["advantage"] for r in rows] == pytest.approx([r["advantages"][0][0] for r in rows], abs=1e-6)
