@@ -13,6 +13,7 @@ import threading
 import apache_beam as beam
 
 from pipeline.run import RunOutcome, parse_run
+from pipeline.runner_checks import check_streaming_runner
 from pipeline.settings import watch_settings
 from transforms.lib import filesystem, output_files, watch_records
 from transforms.lib import manifest as manifest_lib
@@ -31,6 +32,7 @@ def build_watch(p: beam.Pipeline, settings: RunSettings, watch: WatchSettings):
 
 def run_watch(argv: list[str], test_pipeline: beam.Pipeline | None = None) -> RunOutcome:
     parsed, settings = parse_run(argv, command="watch")
+    check_streaming_runner(parsed.options)
     watch = watch_settings(parsed.args)
     output = settings.output
     lineage = settings.lineage()
