@@ -44,6 +44,7 @@ from apache_beam.runners.dask import overrides
 from apache_beam.runners.dask import transform_evaluator as beam_ops
 from apache_beam.runners.runner import PipelineState
 from apache_beam.transforms.sideinputs import SideInputMap
+from dask.bag import concat
 
 DaskOptions = beam_dask.DaskOptions
 LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "::1", "")
@@ -87,14 +88,26 @@ class DaskRunner(beam_dask.DaskRunner):
         # (tasks, which works across machines, rather than a disk shuffle local to one).
         client = ddist.Client(**dask_options)
         try:
-            pipeline.replace_all(overrides.dask_overrides())
-            translate = _Translate(bag_kwargs)
-            pipeline.visit(translate)
-            futures = client.compute(list(dask.optimize(*translate.sinks())))
+            futures = client.compute(list(dask.optimize(*translate(pipeline, bag_kwargs))))
         except BaseException:
             _close(client, cluster)
             raise
         return _Result(client, futures, cluster)
+
+
+def translate(pipeline, bag_kwargs: dict | None = None) -> list:
+    """The pipeline as Dask bags (nothing computed): the bags no transform reads, which hold the rest.
+    Raises NotImplementedError for a transform the Dask runner cannot run (the dry run calls this)."""
+    pipeline.replace_all(overrides.dask_overrides())
+    visitor = _Translate(bag_kwargs or {})
+    pipeline.visit(visitor)
+    return visitor.sinks()
+
+
+def bag_options(options) -> dict:
+    """--dask_npartitions / --dask_partition_size, as Beam hands them to its Create translation."""
+    given = options.view_as(DaskOptions).get_all_options(drop_default=True, current_only=True)
+    return DaskOptions._extract_bag_kwargs(given)  # noqa: SLF001 (Beam's own split of its options)
 
 
 @dataclasses.dataclass
@@ -138,6 +151,10 @@ class _Translate(PipelineVisitor):
             self.tagged.add(node)
         elif kind is overrides._Create:  # noqa: SLF001
             op = beam_ops.Create(node, bag_kwargs=self.bag_kwargs or _per_element(node.transform.values))
+        elif kind is overrides._GroupByKeyOnly:  # noqa: SLF001
+            op = _GroupByKey(node, bag_kwargs=self.bag_kwargs)
+        elif kind is overrides._Flatten:  # noqa: SLF001
+            op = _Flatten(node, bag_kwargs=self.bag_kwargs)
         elif kind in beam_ops.TRANSLATIONS:
             op = beam_ops.TRANSLATIONS[kind](node, bag_kwargs=self.bag_kwargs)
         elif kind in PASS_THROUGH:
@@ -181,6 +198,37 @@ def _has_tag(tag, item) -> bool:
 
 def _untag(item):
     return item[1]
+
+
+# A GroupByKey shuffles over at most this many partitions: one stage of Dask's task shuffle
+# (Bag.groupby's max_branch), so at most SHUFFLE_PARTITIONS² small split tasks per GroupByKey.
+SHUFFLE_PARTITIONS = 32
+
+
+class _GroupByKey(beam_ops.DaskBagOp):
+    """Beam's GroupByKey translation (Bag.groupby over the key), on at most SHUFFLE_PARTITIONS partitions
+    and always with Dask's task shuffle (the disk shuffle only works on one machine)."""
+
+    def apply(self, input_bag, side_inputs=None):
+        bag = input_bag.repartition(min(input_bag.npartitions, SHUFFLE_PARTITIONS))
+        return bag.groupby(_key, shuffle="tasks").map(_grouped)
+
+
+def _key(item):
+    return item[0]
+
+
+def _grouped(group):
+    key, items = group
+    return key, [beam_ops.defenestrate(item[1]) for item in items]
+
+
+class _Flatten(beam_ops.Flatten):
+    """Beam's Flatten (Bag concat), keeping the largest input's partition count: concatenating them all
+    would multiply the partitions, and so the tasks, at every Flatten downstream."""
+
+    def apply(self, input_bag, side_inputs=None):
+        return concat(input_bag).repartition(max(bag.npartitions for bag in input_bag))
 
 
 class _ParDo(beam_ops.DaskBagOp):
