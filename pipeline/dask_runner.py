@@ -36,6 +36,8 @@ Everything else (Create's and GroupByKey's bags, side inputs, the overrides) is 
 from __future__ import annotations
 
 import dataclasses
+import json
+import logging
 import typing as t
 from functools import partial
 from urllib.parse import urlsplit
@@ -67,14 +69,24 @@ def scheduler_is_local(options) -> bool:
     (a scheduler listening on loopback only takes workers from this machine)."""
     if local_cluster_wanted(options):
         return True
-    address = options.view_as(DaskOptions).address
-    if not address:  # a scheduler file: its scheduler may be anywhere
+    dask = options.view_as(DaskOptions)
+    address = dask.address or _scheduler_file_address(dask.scheduler_file)
+    if not address:  # a scheduler file not written yet: its scheduler may be anywhere
         return False
     parts = urlsplit(address if "://" in address else "tcp://" + address)
     if parts.scheme == "inproc":
         return True
     host = parts.hostname or ""
     return host in LOOPBACK_HOSTS or host.startswith("127.")
+
+
+def _scheduler_file_address(path: str | None) -> str | None:
+    """The address a scheduler wrote to its --scheduler-file (JSON with "address")."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return json.load(handle).get("address")
+    except (OSError, ValueError, TypeError, AttributeError):
+        return None
 
 
 class DaskRunner(beam_dask.DaskRunner):
@@ -84,6 +96,8 @@ class DaskRunner(beam_dask.DaskRunner):
         import dask
         import dask.distributed as ddist
 
+        quiet = logging.getLogger("distributed")  # Dask's config logs every connection and close at INFO
+        quiet.setLevel(max(quiet.getEffectiveLevel(), logging.WARNING))
         dask_options = options.view_as(DaskOptions).get_all_options(drop_default=True, current_only=True)
         bag_kwargs = DaskOptions._extract_bag_kwargs(dask_options)  # noqa: SLF001 (Beam's own split)
         cluster = None

@@ -145,6 +145,20 @@ def test_a_dask_scheduler_on_this_machine_reads_local_paths(tmp_path, address):
     assert f"dask: scheduler {address} (on this machine)" in out
 
 
+def test_a_dask_scheduler_file_says_where_the_scheduler_is(tmp_path, monkeypatch):
+    from pipeline import runner_checks
+
+    monkeypatch.setattr(runner_checks, "mount_type", lambda path: "ext4")
+    write_parquet_run(RunSpec(steps=1, prompts_per_step=2, seed=1), tmp_path / "in")
+    scheduler = tmp_path / "scheduler.json"
+    args = ("run", "--dry-run", "--runner", "DaskRunner", "--dask_scheduler_file", scheduler, "--input",
+            tmp_path / "in", "--output", tmp_path / "out")
+    scheduler.write_text('{"address": "tcp://127.0.0.1:8786", "type": "Scheduler"}')
+    assert f"dask: the scheduler in {scheduler} (on this machine)" in run_cli(*args).stdout
+    scheduler.write_text('{"address": "tcp://10.0.0.5:8786", "type": "Scheduler"}')
+    assert "cannot reach" in run_cli(*args, check_codes=(2,)).stderr
+
+
 def test_a_remote_dask_scheduler_needs_paths_its_workers_mount(tmp_path, monkeypatch, remote_inputs):
     from pipeline import runner_checks
 
