@@ -16,17 +16,20 @@ them specific to this project's graph:
    `finish_bundle`: bundles of one ParDo that run in one process without being deserialized apart
    (a threaded or in-process cluster) append to the same list (measured: Count.Globally of 6
    elements gave 24), and what `finish_bundle` outputs is lost. Here each bundle builds its own
-   receivers and DoFn instance (from Beam's pickler) and collects after `finish_bundle`.
+   receivers and collects after `finish_bundle`; each worker thread has its own DoFn instances
+   (from Beam's pickler), set up once and reused across bundles as Beam's workers do.
 4. A transform it has no translation for becomes a silent pass-through (`NoOp`); here it is an error,
    except for the two its own overrides mean to pass through.
 5. `Create` puts up to 128 elements in one partition, i.e. one task on one worker. Beam's `Create`
    elsewhere ends in a reshuffle (each element may go to any worker); a pipeline whose `Create`
    lists units of work (here: file groups) would run them all on one worker. Unless
-   --dask_npartitions or --dask_partition_size says otherwise, each element is its own partition.
+   --dask_npartitions or --dask_partition_size says otherwise, the elements are spread over
+   PARTITIONS_PER_THREAD partitions per worker thread connected when the run is submitted (one
+   partition per element when none is).
 6. Partitions multiply: Flatten concatenates its inputs' partitions, and GroupByKey's task shuffle
-   makes about n² tasks for n partitions (n·log n stages beyond 32), so with one partition per file
-   group a small run became 6,111 tasks and 15 s of scheduling. Here Flatten keeps its largest
-   input's partition count and GroupByKey shuffles over at most SHUFFLE_PARTITIONS (606 tasks, 4.5 s).
+   makes about n² tasks for n partitions, so with one partition per file group a small run became
+   6,111 tasks and 15 s of scheduling. Here Flatten keeps its largest input's partition count and
+   GroupByKey shuffles over at most SHUFFLE_PARTITIONS partitions, then splits its output back.
 7. The client it opens, and the LocalCluster that opens without --dask_client_address, are never
    closed. Here they are closed when the run ends; the LocalCluster is started explicitly (worker
    processes and threads by Dask's defaults for this machine, no dashboard).
@@ -35,9 +38,11 @@ Everything else (Create's and GroupByKey's bags, side inputs, the overrides) is 
 """
 from __future__ import annotations
 
+import collections
 import dataclasses
 import json
 import logging
+import threading
 import typing as t
 from functools import partial
 from urllib.parse import urlsplit
@@ -106,18 +111,20 @@ class DaskRunner(beam_dask.DaskRunner):
             dask_options["address"] = cluster
         client = ddist.Client(**dask_options)
         try:
-            futures = client.compute(list(dask.optimize(*translate(pipeline, bag_kwargs))))
+            threads = sum(client.nthreads().values())  # the workers connected now
+            futures = client.compute(list(dask.optimize(*translate(pipeline, bag_kwargs, threads))))
         except BaseException:
             _close(client, cluster)
             raise
         return _Result(client, futures, cluster)
 
 
-def translate(pipeline, bag_kwargs: dict | None = None) -> list:
+def translate(pipeline, bag_kwargs: dict | None = None, threads: int = 0) -> list:
     """The pipeline as Dask bags (nothing computed): the bags no transform reads, which hold the rest.
-    Raises NotImplementedError for a transform the Dask runner cannot run (the dry run calls this)."""
+    `threads`: the cluster's worker threads (0: not known). Raises NotImplementedError for a transform
+    the Dask runner cannot run (the dry run calls this)."""
     pipeline.replace_all(overrides.dask_overrides())
-    visitor = _Translate(bag_kwargs or {})
+    visitor = _Translate(bag_kwargs or {}, threads)
     pipeline.visit(visitor)
     return visitor.sinks()
 
@@ -154,10 +161,11 @@ PASS_THROUGH = (overrides._GroupAlsoByWindow, overrides._Reshuffle)  # noqa: SLF
 class _Translate(PipelineVisitor):
     """Beam's DaskBagVisitor, except: each consumer gets its own output of a ParDo (fault 1), every
     sink is computed (2), ParDo bundles are self-contained (3), unknown transforms fail (4), Create
-    makes a partition per element by default (5), and partitions stay bounded (6)."""
+    spreads its elements over the cluster (5), and partitions stay bounded (6)."""
 
-    def __init__(self, bag_kwargs: dict):
+    def __init__(self, bag_kwargs: dict, threads: int = 0):
         self.bag_kwargs = bag_kwargs
+        self.threads = threads
         self.bags: dict = {}          # AppliedPTransform -> its bag
         self.tagged: set = set()      # ParDos whose bag holds (tag, value) pairs
         self.consumed: set = set()    # transforms whose output some transform reads
@@ -168,7 +176,7 @@ class _Translate(PipelineVisitor):
             op = _ParDo(node, bag_kwargs=self.bag_kwargs)
             self.tagged.add(node)
         elif kind is overrides._Create:  # noqa: SLF001
-            op = beam_ops.Create(node, bag_kwargs=self.bag_kwargs or _per_element(node.transform.values))
+            op = beam_ops.Create(node, bag_kwargs=self.bag_kwargs or _spread(node.transform.values, self.threads))
         elif kind is overrides._GroupByKeyOnly:  # noqa: SLF001
             op = _GroupByKey(node, bag_kwargs=self.bag_kwargs)
         elif kind is overrides._Flatten:  # noqa: SLF001
@@ -206,8 +214,18 @@ class _Translate(PipelineVisitor):
         return [bag for node, bag in self.bags.items() if node not in self.consumed and bag is not None]
 
 
-def _per_element(values) -> dict:
-    return {"npartitions": max(1, len(values))}
+# Create's elements go to this many partitions per worker thread: enough to even out file groups of
+# different sizes, few enough that every task's scheduling stays small next to its work (measured on
+# the benchmark's M, 100 file groups on 2 threads: one partition each, 1,824 tasks and 2.3x the
+# in-process runner's CPU time; 16 partitions, 1.2x).
+PARTITIONS_PER_THREAD = 4
+
+
+def _spread(values, threads: int) -> dict:
+    """Create's partitions: PARTITIONS_PER_THREAD per worker thread, one per element while no worker is
+    known (the cluster may still be starting)."""
+    count = len(values) if not threads else min(len(values), PARTITIONS_PER_THREAD * threads)
+    return {"npartitions": max(1, count)}
 
 
 def _has_tag(tag, item) -> bool:
@@ -218,18 +236,21 @@ def _untag(item):
     return item[1]
 
 
-# A GroupByKey shuffles over at most this many partitions: one stage of Dask's task shuffle
-# (Bag.groupby's max_branch), so at most SHUFFLE_PARTITIONS² small split tasks per GroupByKey.
-SHUFFLE_PARTITIONS = 32
+# A GroupByKey shuffles over at most this many partitions (Dask's task shuffle makes about n² split
+# tasks for n partitions), then splits its output back into as many partitions as its input had, so
+# the transforms after it keep their parallelism.
+SHUFFLE_PARTITIONS = 8
 
 
 class _GroupByKey(beam_ops.DaskBagOp):
-    """Beam's GroupByKey translation (Bag.groupby over the key), on at most SHUFFLE_PARTITIONS partitions
-    and always with Dask's task shuffle (the disk shuffle only works on one machine)."""
+    """Beam's GroupByKey translation (Bag.groupby over the key) on at most SHUFFLE_PARTITIONS partitions,
+    always with Dask's task shuffle (the disk shuffle only works on one machine)."""
 
     def apply(self, input_bag, side_inputs=None):
-        bag = input_bag.repartition(min(input_bag.npartitions, SHUFFLE_PARTITIONS))
-        return bag.groupby(_key, shuffle="tasks").map(_grouped)
+        partitions = input_bag.npartitions
+        grouped = (input_bag.repartition(min(partitions, SHUFFLE_PARTITIONS))
+                   .groupby(_key, shuffle="tasks").map(_grouped))
+        return grouped.repartition(partitions)
 
 
 def _key(item):
@@ -257,7 +278,7 @@ class _ParDo(beam_ops.DaskBagOp):
         args, kwargs = transform.raw_side_inputs
         main_input = next(iter(self.applied.main_inputs.values()))
         window_fn = main_input.windowing.windowfn if hasattr(main_input, "windowing") else None
-        fn = pickler.dumps(transform.fn)  # each bundle gets its own DoFn instance
+        fn = pickler.dumps(transform.fn)  # each worker thread unpickles its own DoFn instance
         return input_bag.map_partitions(_run_bundle, fn, window_fn, transform.label, list(args), kwargs,
                                         side_inputs)
 
@@ -282,20 +303,39 @@ class _TagReceiver(Receiver):
         self.values.append((self.tag, windowed_value.value))
 
 
+# DoFn instances a worker thread keeps between bundles, as Beam's own workers do (setup once, then
+# start_bundle .. finish_bundle per bundle): building one (unpickling, DoFnSignature's inspection)
+# cost ~1.5 ms for each of a run's thousands of bundles. Bounded, for a long-lived cluster that
+# serves many runs; an evicted instance is torn down.
+CACHED_DOFNS = 64
+_dofns = threading.local()
+
+
+def _signature(fn: bytes) -> DoFnSignature:
+    cache = getattr(_dofns, "cache", None)
+    if cache is None:
+        cache = _dofns.cache = collections.OrderedDict()
+    signature = cache.get(fn)
+    if signature is None:
+        signature = cache[fn] = DoFnSignature(pickler.loads(fn))
+        signature.do_fn.setup()
+        if len(cache) > CACHED_DOFNS:
+            cache.popitem(last=False)[1].do_fn.teardown()
+    cache.move_to_end(fn)
+    return signature
+
+
 def _run_bundle(items, fn, window_fn, label, args, kwargs, side_inputs):
     outputs = _Outputs()
     handler = _OutputHandler(window_fn=window_fn, main_receivers=outputs[None], tagged_receivers=outputs,
                              per_element_output_counter=None, output_batch_converter=None,
                              process_yields_batches=False, process_batch_yields_elements=False)
     invoker = DoFnInvoker.create_invoker(
-        DoFnSignature(pickler.loads(fn)), handler, context=DoFnContext(label, state=None),
+        _signature(fn), handler, context=DoFnContext(label, state=None),
         side_inputs=side_inputs, input_args=args, input_kwargs=kwargs, user_state_context=None,
         bundle_finalizer_param=beam.DoFn.BundleFinalizerParam())
-    invoker.invoke_setup()
     invoker.invoke_start_bundle()
     for item in items:
         invoker.invoke_process(beam_ops.get_windowed_value(item, window_fn))
     invoker.invoke_finish_bundle()
-    invoker.invoke_teardown()
     return outputs.values
-
