@@ -26,10 +26,11 @@ class Impl:
     key: str
     label: str
     kind: str  # "pipeline" | "peer" | "floor"
+    options: tuple[str, ...] = ()  # more relabel run options (the pipeline on another runner)
 
     def command(self, input_dir: str, output_dir: str) -> list[str]:
         if self.kind == "pipeline":
-            return relabel_command() + ["run", "--input", input_dir, "--output", output_dir]
+            return relabel_command() + ["run", "--input", input_dir, "--output", output_dir, *self.options]
         return [sys.executable, "-m", f"bench.peers.{self.key}", "--input", input_dir, "--output", output_dir]
 
 
@@ -40,9 +41,12 @@ IMPLS = {
     "polars_peer": Impl("polars_peer", "polars", "peer"),
     "loop_peer": Impl("loop_peer", "python loop", "peer"),
     "floor": Impl("floor", "floor (pyarrow r+w)", "floor"),
+    # the same pipeline on Beam's Dask runner, a LocalCluster started and closed by the run (--peers dask)
+    "pipeline_dask": Impl("pipeline_dask", "pipeline on Dask (LocalCluster)", "pipeline", ("--runner", "DaskRunner")),
 }
 ALIASES = {"pipeline": "pipeline", "duckdb": "duckdb_peer", "polars": "polars_peer", "loop": "loop_peer",
-           "floor": "floor"}
+           "floor": "floor", "dask": "pipeline_dask"}
+ONLY_WHEN_NAMED = ("pipeline_dask",)  # not in the default set: another runner, not a peer
 
 
 def relabel_command() -> list[str]:

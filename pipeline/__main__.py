@@ -1,3 +1,4 @@
 from pipeline.cli import entry
 
-entry()
+if __name__ == "__main__":  # a worker process started by spawn (Dask's LocalCluster) imports this module too
+    entry()

@@ -12,6 +12,7 @@ import apache_beam as beam
 from pipeline import progress, worker_output
 from pipeline.local_threads import claim_local_threads
 from pipeline.parse import Parsed, parse
+from pipeline.runner_checks import check_runner
 from pipeline.settings import compare_settings
 from transforms.compare_labelings import CompareLabelings
 from transforms.lib import filesystem, lease, output_files
@@ -78,6 +79,7 @@ def build(p: beam.Pipeline, settings: CompareSettings, files, progress_dir: str 
 
 def compare(argv: list[str], test_pipeline: beam.Pipeline | None = None) -> CompareOutcome:
     parsed, settings = parse_compare(argv)
+    check_runner(parsed.options, settings, [("--input", p) for p in settings.inputs] + [("--report", settings.report)])
     files = expand_inputs(settings.inputs, settings.report)
     if not files:
         raise UsageError(f"no .pt or .parquet files found under {' '.join(settings.inputs)}")

@@ -7,6 +7,7 @@ is expanded first (pipeline/run_config.py), so the command line wins.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 from dataclasses import dataclass
 
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions, TypeOptions
@@ -17,6 +18,12 @@ from pipeline.run_config import expand_config
 from transforms.lib.errors import UsageError
 
 DEFAULT_RUNNER = "FnApiRunner"  # in-process; the DirectRunner would try to download Prism
+# Runners named by a short name Beam does not register, or by a path we replace: name -> the class run.
+# Beam's own Dask runner mixes up tagged outputs (pipeline/dask_runner.py), so its path maps to ours too.
+DASK_RUNNER = "pipeline.dask_runner.DaskRunner"
+RUNNER_PATHS = {"daskrunner": DASK_RUNNER, "apache_beam.runners.dask.dask_runner.daskrunner": DASK_RUNNER,
+                DASK_RUNNER.lower(): DASK_RUNNER}
+DASK_EXTRA = "pip install -c constraints.txt 'rollout-relabel[dask]'"
 
 # What to say of a flag a command does not take, where "another command's option" says too little.
 INSTEAD = {
@@ -38,15 +45,68 @@ class Parsed:
 
 def parse(command: str, argv: list[str]) -> Parsed:
     parser = PARSERS[command]()
+    if _mentions_dask(argv):
+        register_dask_options()
     args, rest = parser.parse_known_args(expand_format(expand_config(list(argv), parser, beam_option_names())))
     _refuse_unknown(command, rest)
     options = PipelineOptions(rest)
-    if options.view_as(StandardOptions).runner is None:
-        options.view_as(StandardOptions).runner = DEFAULT_RUNNER
+    standard = options.view_as(StandardOptions)
+    standard.runner = runner_path(standard.runner or DEFAULT_RUNNER)
+    _check_dask(options, rest)
     if "pipeline_type_check" not in options.get_all_options(drop_default=True):
         # our DoFns carry no type hints: Beam's inference only costs start-up time
         options.view_as(TypeOptions).pipeline_type_check = False
     return Parsed(command, args, options, tuple(rest))
+
+
+def runner_path(runner) -> str:
+    """The runner to run for a --runner value (RUNNER_PATHS, the one place short names are mapped)."""
+    return RUNNER_PATHS.get(str(runner).lower(), runner) if isinstance(runner, str) else runner
+
+
+def runner_name(runner) -> str:
+    """How a run names its runner to the user: the short name for a runner we map."""
+    if runner == DASK_RUNNER:
+        return "DaskRunner"
+    return str(runner)
+
+
+def dask_installed() -> bool:
+    return all(importlib.util.find_spec(name) is not None for name in ("dask", "distributed"))
+
+
+def register_dask_options() -> bool:
+    """Make the Dask runner's pipeline options (--dask_client_address, ...) known to Beam's parser:
+    Beam knows the options classes imported so far. False when the dask extra is not installed."""
+    if not dask_installed():
+        return False
+    import apache_beam.runners.dask.dask_runner  # noqa: F401  (defines DaskOptions)
+    return True
+
+
+def _mentions_dask(argv: list[str]) -> bool:
+    """Whether the command line or a config it names may ask for Dask (then its options must be known
+    before parsing); importing Dask costs every other run start-up time."""
+    texts = list(argv)
+    for i, token in enumerate(argv):
+        path = argv[i + 1] if token == "--config" and i + 1 < len(argv) else (
+            token.split("=", 1)[1] if token.startswith("--config=") else None)
+        if path:
+            try:
+                with open(path, encoding="utf-8") as handle:
+                    texts.append(handle.read())
+            except OSError:
+                pass  # expand_config names the problem
+    return any("dask" in text.lower() for text in texts)
+
+
+def _check_dask(options: PipelineOptions, rest: list[str]) -> None:
+    dask_flags = [t.split("=", 1)[0] for t in rest if t.startswith("--dask_")]
+    if options.view_as(StandardOptions).runner == DASK_RUNNER:
+        if not dask_installed():
+            raise UsageError(f"--runner DaskRunner needs Dask: {DASK_EXTRA}")
+    elif dask_flags:
+        raise UsageError(f"{' '.join(dask_flags)}: Dask options apply to --runner DaskRunner only")
 
 
 def beam_option_names() -> set[str]:
@@ -62,6 +122,8 @@ def _refuse_unknown(command: str, rest: list[str]) -> None:
     if not tokens and not loose:
         return
     for token in tokens:
+        if token.startswith("--dask_") and not dask_installed():
+            raise UsageError(f"{token.split('=', 1)[0]}: the Dask runner's options need Dask: {DASK_EXTRA}")
         flag = token.split("=", 1)[0]
         if flag in INSTEAD.get(command, {}):
             raise UsageError(INSTEAD[command][flag])
@@ -84,4 +146,5 @@ def print_beam_help(command: str) -> None:
         parser.prog = f"relabel {command} [options]"
         parser.print_help()
 
+    register_dask_options()
     PipelineOptions([]).get_all_options(add_extra_args_fn=show)

@@ -151,6 +151,15 @@ def plan(parsed: Parsed, settings, files, runner_check: RunnerCheck, groups) -> 
     pipeline = beam.Pipeline(runner="FnApiRunner", options=parsed.options)
     build(pipeline, settings, files, groups)
     pipeline.to_runner_api()  # pickles every DoFn, as submitting to a remote runner would
+    if runner_check.family == "dask":  # the Dask runner translates the graph itself: prove it can
+        from pipeline.dask_runner import bag_options, translate
+
+        dask_pipeline = beam.Pipeline(runner="FnApiRunner", options=parsed.options)
+        build(dask_pipeline, settings, files, groups)
+        try:
+            translate(dask_pipeline, bag_options(parsed.options))
+        except NotImplementedError as error:
+            raise UsageError(f"--runner DaskRunner: {error}") from None
     lines = [f"dry run: runner {runner_check.runner} ({runner_check.family}), {len(files)} input files, "
              f"output {settings.output}, fingerprint {settings.fingerprint()}",
              *runner_check.describe(), *runner_options(parsed), "stages:"]

@@ -25,9 +25,10 @@ from apache_beam.options.pipeline_options import (
 )
 from apache_beam.runners.runner import create_runner
 
+from pipeline.parse import DASK_EXTRA, DASK_RUNNER, runner_name
 from pipeline.settings import ACCELERATOR
 from transforms.lib.errors import UsageError
-from transforms.lib.settings import RunSettings
+from transforms.lib.settings import CompareSettings, RunSettings
 
 PLACEHOLDER = re.compile(r"<[A-Za-z0-9_]+>")
 LOCAL_RUNNERS = {"fnapirunner", "directrunner", "bundlebaseddirectrunner", "switchingdirectrunner"}
@@ -37,33 +38,45 @@ SCHEME_EXTRAS = {"gs": "gcp", "s3": "aws", "azfs": "azure", "hdfs": "hadoop"}
 @dataclass
 class RunnerCheck:
     runner: str
-    family: str                       # local | dataflow | flink | spark | portable
+    family: str                       # local | dask | dataflow | flink | spark | portable
     placeholders: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # what the dry run should say about where it runs
+    workers_here: bool = False  # the workers run on this machine
 
     def describe(self) -> list[str]:
-        lines = []
+        lines = list(self.notes)
         if self.placeholders:
             lines.append("fill in before submitting: " + ", ".join(self.placeholders))
         lines += [f"warning: {w}" for w in self.warnings]
         return lines
 
 
-def check_runner(options: PipelineOptions, settings: RunSettings) -> RunnerCheck:
-    """Raise UsageError naming every problem found; return what a dry run should show."""
+def check_runner(options: PipelineOptions, settings: RunSettings | CompareSettings,
+                 paths: list[tuple[str, str]] | None = None) -> RunnerCheck:
+    """Raise UsageError naming every problem found; return what a dry run should show.
+
+    `paths`: (flag, path) of everything the workers read or write (default: the run's inputs and output).
+    """
     runner = str(options.view_as(StandardOptions).runner or "FnApiRunner")
     known_runner(runner)
-    check = RunnerCheck(runner, _family(runner, options))
+    check = RunnerCheck(runner_name(runner), _family(runner, options))
     errors: list[str] = []
     check.placeholders = _placeholders(options)
-    if check.placeholders and not settings.dry_run:
+    if check.placeholders and not getattr(settings, "dry_run", False):
         errors.append("the config still holds placeholders: " + ", ".join(check.placeholders))
     errors += _beam_validation(options, check.family)
-    errors += _paths(options, settings, check)
+    if paths is None:
+        paths = [("--input", p) for p in settings.inputs] + [("--output", settings.output)]
+    if check.family == "dask":
+        errors += _dask(options, check, paths)
+    else:
+        check.workers_here = check.family == "local"
+        errors += _paths(options, paths, check)
     errors += _code_shipping(options, check)
     errors += _accelerators(options, settings, check)
     if errors:
-        raise UsageError(f"{runner} options are not usable:\n  - " + "\n  - ".join(errors))
+        raise UsageError(f"{check.runner} options are not usable:\n  - " + "\n  - ".join(errors))
     return check
 
 
@@ -77,10 +90,21 @@ def known_runner(runner: str) -> None:
         raise UsageError(f"--runner {runner} needs a Beam extra this install lacks: {error}") from None
 
 
+def check_streaming_runner(options: PipelineOptions) -> None:
+    """`relabel watch` runs Beam's Watch (an unbounded splittable DoFn): a batch-only runner cannot."""
+    runner = str(options.view_as(StandardOptions).runner or "FnApiRunner")
+    if _family(runner, options) == "dask":
+        raise UsageError(f"relabel watch needs a runner that runs unbounded pipelines (Beam's Watch): the "
+                         f"in-process FnApiRunner (the default), DataflowRunner or FlinkRunner; {runner_name(runner)} "
+                         "runs bounded pipelines only: relabel the files that landed with `relabel run`")
+
+
 def _family(runner: str, options) -> str:
     name = runner.rsplit(".", 1)[-1].lower()
     if name in LOCAL_RUNNERS:
         return "local"
+    if runner == DASK_RUNNER:
+        return "dask"
     if name in ("dataflowrunner", "testdataflowrunner"):
         return "dataflow"
     if name == "flinkrunner":
@@ -133,15 +157,49 @@ def _stand_in(value):
     return value
 
 
-def _paths(options, settings, check) -> list[str]:
+def _dask(options, check, paths) -> list[str]:
+    """A LocalCluster (or a scheduler on loopback) reads local paths; a remote scheduler's workers reach
+    a local path only where it is on a filesystem they mount too (NFS, Lustre, GPFS, ...)."""
+    from pipeline.dask_runner import DaskOptions, local_cluster_wanted, scheduler_is_local
+
+    dask = options.view_as(DaskOptions)
+    if local_cluster_wanted(options):
+        check.notes.append("dask: a LocalCluster on this machine (worker processes), started for the run and "
+                           "closed after it")
+        check.workers_here = True
+        return _paths(options, paths, check, local=True)
+    where = f"scheduler {dask.address}" if dask.address else f"the scheduler in {dask.scheduler_file}"
+    if scheduler_is_local(options):
+        check.notes.append(f"dask: {where} (on this machine)")
+        check.workers_here = True
+        return _paths(options, paths, check, local=True)
+    check.notes.append(f"dask: {where}")
+    check.warnings.append(f"the Dask workers' Python must have the project installed ({DASK_EXTRA})")
+    return _paths(options, paths, check, local=False, shared_mounts=True)
+
+
+def _paths(options, paths, check, local: bool | None = None, shared_mounts: bool = False) -> list[str]:
+    """`local`: whether workers see this machine's files (default: the runner's family says)."""
     errors = []
     loopback = (options.view_as(PortableOptions).environment_type or "").upper() == "LOOPBACK"
-    for role, path in [("--input", p) for p in settings.inputs] + [("--output", settings.output)]:
+    if local is None:
+        local = check.family == "local" or loopback
+    for role, path in paths:
         scheme = path.split("://", 1)[0] if "://" in path else None
         if scheme in (None, "file"):
-            if check.family not in ("local",) and not loopback:
-                errors.append(f"{role} {path}: {check.runner} workers cannot reach a local path; "
-                              "use a path on a shared filesystem (gs://, s3://, hdfs://)")
+            if local:
+                continue
+            if shared_mounts:
+                fstype = mount_type(path)
+                if fstype in SHARED_FILESYSTEMS or fstype.startswith("fuse."):
+                    continue
+                errors.append(f"{role} {path}: it is on this machine's {fstype or 'local'} filesystem, which "
+                              f"{check.runner} workers on other machines cannot reach; use a path on a "
+                              "filesystem they mount too (NFS, Lustre, GPFS, ...) "
+                              "or a shared store (gs://, s3://, hdfs://)")
+                continue
+            errors.append(f"{role} {path}: {check.runner} workers cannot reach a local path; "
+                          "use a path on a shared filesystem (gs://, s3://, hdfs://)")
             continue
         if PLACEHOLDER.search(path):
             continue
@@ -156,7 +214,7 @@ def _paths(options, settings, check) -> list[str]:
 
 def _code_shipping(options, check) -> list[str]:
     """Remote workers get the project as a container image or a package built from --setup_file."""
-    if check.family == "local":
+    if check.family in ("local", "dask"):  # Dask workers import the project from their own Python
         return []
     errors = []
     setup = options.view_as(SetupOptions)
@@ -188,7 +246,7 @@ def _code_shipping(options, check) -> list[str]:
 
 def _accelerators(options, settings, check) -> list[str]:
     errors = []
-    hints = dict(settings.core_resource_hints)
+    hints = dict(getattr(settings, "core_resource_hints", ()))
     service = [o.split("=", 1)[1] for o in options.view_as(GoogleCloudOptions).dataflow_service_options or []
                if o.startswith("worker_accelerator=")]
     for value in service:
@@ -206,11 +264,36 @@ def _accelerators(options, settings, check) -> list[str]:
             errors.append("--device cuda on Dataflow needs GPU workers: set worker_accelerator")
         if wanted and "install-nvidia-driver" not in wanted:
             check.warnings.append("accelerator without install-nvidia-driver: the image must bring the driver")
-    if settings.device == "cuda" and check.family == "local":
+    if settings.device == "cuda" and check.workers_here:
         import torch
         if not torch.cuda.is_available():
             errors.append("--device cuda: this machine has no CUDA device (use auto or cpu)")
     return errors
+
+
+# Filesystems that other machines mount too (/proc/self/mounts' type column); FUSE mounts count as well
+# (gcsfuse, s3fs, sshfs).
+SHARED_FILESYSTEMS = {"nfs", "nfs4", "lustre", "gpfs", "beegfs", "cephfs", "ceph", "glusterfs", "cifs", "smb3",
+                      "panfs", "wekafs", "9p", "virtiofs", "orangefs", "afs"}
+
+
+def mount_type(path: str, mounts: str = "/proc/self/mounts") -> str:
+    """The filesystem type of the mount holding `path` (or its nearest existing parent); "" if unknown."""
+    target = os.path.realpath(path)
+    best, kind = "", ""
+    try:
+        with open(mounts, encoding="utf-8") as handle:
+            for line in handle:
+                fields = line.split()
+                if len(fields) < 3:
+                    continue
+                point = fields[1].replace("\\040", " ")
+                inside = target == point or target.startswith(point.rstrip("/") + "/")
+                if inside and len(point) >= len(best):
+                    best, kind = point, fields[2]
+    except OSError:
+        return ""
+    return kind
 
 
 def _gpu(value: str) -> tuple[str, str]:

@@ -14,6 +14,7 @@ import apache_beam as beam
 
 from pipeline import worker_output
 from pipeline.run import RunOutcome, parse_run
+from pipeline.runner_checks import check_streaming_runner
 from pipeline.settings import watch_settings
 from transforms.lib import filesystem, lease, output_files, watch_records
 from transforms.lib import manifest as manifest_lib
@@ -38,6 +39,7 @@ def build_watch(p: beam.Pipeline, settings: RunSettings, watch: WatchSettings):
 
 def run_watch(argv: list[str], test_pipeline: beam.Pipeline | None = None) -> RunOutcome:
     parsed, settings = parse_run(argv, command="watch")
+    check_streaming_runner(parsed.options)
     watch = watch_settings(parsed.args)
     output = settings.output
     lineage = settings.lineage()

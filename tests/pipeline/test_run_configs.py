@@ -30,6 +30,7 @@ def dry_run(config, inputs, *extra, codes=(0,)):
 @pytest.mark.parametrize("config, runner, fill_in", [
     ("local.yaml", "FnApiRunner (local)", []),
     ("local-multiprocess.yaml", "FnApiRunner (local)", []),
+    ("dask.yaml", "DaskRunner (dask)", []),
     ("dataflow.yaml", "DataflowRunner (dataflow)", ["--project=<GCP_PROJECT>", "--region=<REGION>",
                                                     "--temp_location=gs://<BUCKET>/rollout-relabel/tmp"]),
     ("flink.yaml", "FlinkRunner (flink)", ["--flink_master=<FLINK_JOBMANAGER_HOST>:8081",
@@ -124,3 +125,89 @@ def test_another_commands_options_are_refused(tmp_path, command, flag):
     err = run_cli(command, "--input", tmp_path, "--output" if command == "run" else "--report", tmp_path / "o",
                   flag, check_codes=(2,)).stderr
     assert f"unknown option(s): {flag}" in err
+
+
+@pytest.mark.parametrize("runner", ["DaskRunner", "daskrunner", "apache_beam.runners.dask.dask_runner.DaskRunner"])
+def test_dask_runner_names_map_to_one_runner(tmp_path, runner):
+    write_parquet_run(RunSpec(steps=1, prompts_per_step=2, seed=1), tmp_path / "in")
+    lines = run_cli("run", "--dry-run", "--runner", runner, "--input", tmp_path / "in", "--output",
+                    tmp_path / "out").stdout.splitlines()
+    assert lines[0].startswith("dry run: runner DaskRunner (dask), 1 input files")
+    assert lines[1].startswith("dask: a LocalCluster on this machine")
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("address", ["tcp://127.0.0.1:8786", "localhost:8786", "tcp://[::1]:8786"])
+def test_a_dask_scheduler_on_this_machine_reads_local_paths(tmp_path, address):
+    write_parquet_run(RunSpec(steps=1, prompts_per_step=2, seed=1), tmp_path / "in")
+    out = run_cli("run", "--dry-run", "--config", os.path.join(CONFIGS, "dask.yaml"), "--dask_client_address",
+                  address, "--input", tmp_path / "in", "--output", tmp_path / "out").stdout
+    assert f"dask: scheduler {address} (on this machine)" in out
+
+
+def test_a_dask_scheduler_file_says_where_the_scheduler_is(tmp_path, monkeypatch):
+    from pipeline import runner_checks
+
+    monkeypatch.setattr(runner_checks, "mount_type", lambda path: "ext4")
+    write_parquet_run(RunSpec(steps=1, prompts_per_step=2, seed=1), tmp_path / "in")
+    scheduler = tmp_path / "scheduler.json"
+    args = ("run", "--dry-run", "--runner", "DaskRunner", "--dask_scheduler_file", scheduler, "--input",
+            tmp_path / "in", "--output", tmp_path / "out")
+    scheduler.write_text('{"address": "tcp://127.0.0.1:8786", "type": "Scheduler"}')
+    assert f"dask: the scheduler in {scheduler} (on this machine)" in run_cli(*args).stdout
+    scheduler.write_text('{"address": "tcp://10.0.0.5:8786", "type": "Scheduler"}')
+    assert "cannot reach" in run_cli(*args, check_codes=(2,)).stderr
+
+
+def test_a_remote_dask_scheduler_needs_paths_its_workers_mount(tmp_path, monkeypatch, remote_inputs):
+    from pipeline import runner_checks
+
+    write_parquet_run(RunSpec(steps=1, prompts_per_step=2, seed=1), tmp_path / "in")
+    remote = ("--config", os.path.join(CONFIGS, "dask.yaml"), "--dask_client_address", "tcp://10.0.0.5:8786")
+    monkeypatch.setattr(runner_checks, "mount_type", lambda path: "ext4")
+    err = run_cli("run", "--dry-run", *remote, "--input", tmp_path / "in", "--output", tmp_path / "out",
+                  check_codes=(2,)).stderr
+    assert f"--input {tmp_path / 'in'}: it is on this machine's ext4 filesystem" in err
+    assert f"--output {tmp_path / 'out'}: " in err
+    err = run_cli("compare", *remote, "--input", tmp_path / "in", "--a", "legacy-reshape", "--b",
+                  "rollout-mainstream", "--report", tmp_path / "report", check_codes=(2,)).stderr
+    assert f"--report {tmp_path / 'report'}: it is on this machine's ext4 filesystem" in err
+    # on a filesystem the workers mount too (NFS, Lustre, ...) or a shared store, the same paths are fine
+    monkeypatch.setattr(runner_checks, "mount_type", lambda path: "lustre")
+    out = run_cli("run", "--dry-run", *remote, "--input", tmp_path / "in", "--output", tmp_path / "out").stdout
+    assert "dask: scheduler tcp://10.0.0.5:8786" in out and "the project installed" in out
+    run_cli("run", "--dry-run", *remote, "--input", remote_inputs, "--output", "mem://bucket/out")
+    assert not (tmp_path / "out").exists() and not (tmp_path / "report").exists()
+
+
+def test_mount_type_reads_the_mount_holding_a_path(tmp_path):
+    from pipeline.runner_checks import mount_type
+
+    mounts = tmp_path / "mounts"
+    mounts.write_text("overlay / overlay rw 0 0\nfs1:/scratch /scratch nfs4 rw 0 0\n"
+                      "tmpfs /scratch/tmp tmpfs rw 0 0\nmds@tcp:/lus /my\\040lustre lustre rw 0 0\n")
+    assert mount_type("/scratch/runs/run-1/new-dir", str(mounts)) == "nfs4"
+    assert mount_type("/scratch/tmp/x", str(mounts)) == "tmpfs"
+    assert mount_type("/scratchy", str(mounts)) == "overlay"
+    assert mount_type("/my lustre/runs", str(mounts)) == "lustre"
+    assert mount_type("/x", str(tmp_path / "no-such-file")) == ""
+
+
+def test_watch_on_dask_is_a_usage_error_naming_the_runners_that_can(tmp_path):
+    err = run_cli("watch", "--runner", "DaskRunner", "--input", tmp_path, "--output", tmp_path / "out",
+                  check_codes=(2,)).stderr
+    assert "relabel watch needs a runner that runs unbounded pipelines" in err
+    assert "FnApiRunner (the default), DataflowRunner or FlinkRunner" in err
+    assert not (tmp_path / "out").exists()
+
+
+def test_dask_options_need_the_dask_runner_and_the_dask_extra(tmp_path, monkeypatch):
+    from pipeline import parse
+
+    err = run_cli("run", "--input", tmp_path, "--output", tmp_path / "out", "--dask_client_address",
+                  "tcp://127.0.0.1:8786", check_codes=(2,)).stderr
+    assert "--dask_client_address: Dask options apply to --runner DaskRunner only" in err
+    monkeypatch.setattr(parse, "dask_installed", lambda: False)
+    err = run_cli("run", "--runner", "DaskRunner", "--input", tmp_path, "--output", tmp_path / "out",
+                  check_codes=(2,)).stderr
+    assert "--runner DaskRunner needs Dask: pip install -c constraints.txt 'rollout-relabel[dask]'" in err
