@@ -13,7 +13,7 @@ from transforms.core.config import MAINSTREAM_POLICIES, SEMANTICS, SINGLETON_RUL
 from transforms.lib.errors import UsageError
 from transforms.lib.settings import DEFAULT_MAX_FILE_BYTES
 
-BEAM_LINE = ("Any Beam pipeline option is accepted too (--runner, --direct_num_workers, --project, ...): "
+BEAM_LINE = ("Any Beam pipeline option (--runner, --project, ...) is accepted too: "
              "`relabel {command} --help-beam` lists them.")
 
 
@@ -50,9 +50,17 @@ class _Group:
         return action
 
 
+class _Layout(argparse.HelpFormatter):
+    """Flags in a 34-column margin, help beside them on a 110-column line: one line per option, mostly."""
+
+    def __init__(self, prog):
+        super().__init__(prog, max_help_position=34, width=110)
+
+
 def _parser(command: str, usage: str, description: str) -> Parser:
     parser = Parser(prog=f"relabel {command}", usage=f"relabel {command} {usage}", description=description,
-                    allow_abbrev=False, add_help=False, epilog=BEAM_LINE.format(command=command))
+                    allow_abbrev=False, add_help=False, epilog=BEAM_LINE.format(command=command),
+                    formatter_class=_Layout)
     parser.add_argument("-h", "--help", action="store_true", help="show this help and exit")
     parser.add_argument("--help-beam", action="store_true", help="list Beam's pipeline options and exit")
     parser.add_argument("--config", metavar="FILE", action="append",
@@ -117,7 +125,7 @@ def float_list(text: str) -> list[float]:
 def _add_io(parser: argparse.ArgumentParser, output_help: str) -> None:
     group = parser.group("input and output")
     group.add_argument("--input", dest="inputs", nargs="+", action="extend", metavar="PATH",
-                       help="Parquet files, .pt dumps, directories or globs (repeatable)")
+                       help="Parquet, JSONL or .pt files, directories or globs (repeatable)")
     group.add_argument("--output", help=output_help)
 
 

@@ -50,7 +50,8 @@ def test_shuffle_path_and_one_pass_path_write_identical_files(tmp_path, monkeypa
     (src / "pq" / "x.parquet").write_bytes(b"junk")
     pq.write_table(pa.table({"reward": [1.0, float("nan"), 0.0], "rollout_id": [1, 2, 3]}), src / "pq" / "y.parquet")
     outputs = {}
-    for path, split in (("one_pass", lambda files: ([files], [])), ("shuffle", lambda files: ([], files))):
+    splits = (("one_pass", lambda files, **_: ([files], [])), ("shuffle", lambda files, **_: ([], files)))
+    for path, split in splits:
         monkeypatch.setattr(graph, "group_by_batch_sharing", split)
         out = tmp_path / path
         out.mkdir()

@@ -136,8 +136,8 @@ def test_an_input_replaced_between_plan_and_read_stops_the_run(step_run, tmp_pat
 
     plan = run_module.read_footers
 
-    def plan_then_replace(files):
-        footers = plan(files)
+    def plan_then_replace(files, **options):
+        footers = plan(files, **options)
         other = pq.read_table(step_run / "step-000001-part-00.parquet")
         pq.write_table(other, step_run / STEP_FILES[1])  # rows of another step, after planning
         return footers
