@@ -18,13 +18,18 @@ def dead_messages(batch_key, dead_rows, dead_code, row_problem, details, source_
     The estimators' own reasons name more: mainstream (bool per row: the group's units), baselines (each
     row's --baseline-column value or None) and trainable (tokens per row), when the caller has them.
     """
+    if not len(dead_rows):  # the common case, on every batch: nothing to say
+        return []
     first_bad_in_group = {}
     for i in np.flatnonzero(row_problem != 0):
         first_bad_in_group.setdefault(prompt_group[i], i)
-    units_of_group = {}  # version 2 reasons name the group's units (mainstream rows)
-    if mainstream is not None:
+    units_of_group = {}  # the estimators' reasons name the group's units (mainstream rows), only for them
+    named = {CODE["passk-singleton-group"], CODE["missing-baseline"]}
+    if mainstream is not None and named & set(dead_code[dead_rows].tolist()):
+        dead_groups = set(prompt_group[dead_rows].tolist())
         for j in np.flatnonzero(mainstream):
-            units_of_group.setdefault(prompt_group[j], []).append(j)
+            if prompt_group[j] in dead_groups:
+                units_of_group.setdefault(prompt_group[j], []).append(j)
     too_few = dead_code == CODE["gdpo-too-few-tokens"]
     too_few_tokens = int(np.asarray(trainable)[too_few].sum()) if trainable is not None and too_few.any() else 0
     messages = []
