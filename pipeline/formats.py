@@ -27,9 +27,6 @@ PRESETS: dict[str, list[str]] = {
     "trl": ["--semantics=group-index", "--n-samples-per-prompt=8"],
 }
 
-# the column in which a format stores the framework's own advantage (relabel compare --a column:NAME)
-STORED_ADVANTAGE = {"nemo-rl": "advantages.0.0", "trl": "advantage"}
-
 
 def expand_format(argv: list[str]) -> list[str]:
     """argv with `--format X` replaced by the preset's flags, placed first (the command line wins)."""
