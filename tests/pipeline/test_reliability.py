@@ -27,6 +27,20 @@ def relabel(*args, env=None, timeout=300):
                           text=True, timeout=timeout, env=dict(os.environ, **(env or {})))
 
 
+def start_slow_run(inputs, output, pause_at: str, seconds: float, until, what: str) -> subprocess.Popen:
+    """`relabel run` in its own process, paused `seconds` before committing `pause_at`; returns once
+    until() holds (the run took the lease, started writing, ...)."""
+    env = dict(os.environ, **{PAUSE_ENV: f"before-rename:{pause_at}:{seconds}"})
+    proc = subprocess.Popen([sys.executable, "-m", "pipeline", "run", "--input", str(inputs), "--output",
+                             str(output)], cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    deadline = time.monotonic() + 60
+    while not until():
+        assert time.monotonic() < deadline and proc.poll() is None, f"the run never {what}"
+        time.sleep(0.05)
+    return proc
+
+
 def short(stderr: str) -> bool:
     return "Traceback" not in stderr and len(stderr.strip().splitlines()) <= 2
 
@@ -69,14 +83,8 @@ def rewrite_rewards(path, change):
 
 def test_a_second_run_on_a_held_output_is_refused_naming_the_holder(step_run, tmp_path):
     output = tmp_path / "out"
-    slow = {PAUSE_ENV: f"before-rename:part-{STEP_FILES[0][:-8]}.parquet:4"}
-    first = subprocess.Popen([sys.executable, "-m", "pipeline", "run", "--input", str(step_run), "--output",
-                              str(output)], cwd=ROOT, env=dict(os.environ, **slow), stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 60
-    while not (output / "_lease.json").exists():
-        assert time.monotonic() < deadline and first.poll() is None, "the first run never took the lease"
-        time.sleep(0.05)
+    first = start_slow_run(step_run, output, f"part-{STEP_FILES[0][:-8]}.parquet", 4,
+                           until=(output / "_lease.json").exists, what="took the lease")
     for options in ([], ["--estimator", "rloo"]):  # the same command, and one with other options
         second = relabel("run", "--input", step_run, "--output", output, *options)
         assert second.returncode == 2, second.stderr
@@ -328,14 +336,9 @@ def test_a_full_disk_mid_run_is_one_line_exit_1_and_leaves_no_temporary_file(ste
 
 def test_ctrl_c_exits_130_with_one_line_and_a_rerun_resumes(step_run, tmp_path):
     output = tmp_path / "out"
-    slow = {PAUSE_ENV: f"before-rename:part-{STEP_FILES[1][:-8]}.parquet:30"}
-    proc = subprocess.Popen([sys.executable, "-m", "pipeline", "run", "--input", str(step_run), "--output",
-                             str(output)], cwd=ROOT, env=dict(os.environ, **slow), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 60
-    while not any(n.startswith(".tmp-") for n in (os.listdir(output) if output.exists() else [])):
-        assert time.monotonic() < deadline and proc.poll() is None, "the run never started writing"
-        time.sleep(0.05)
+    proc = start_slow_run(step_run, output, f"part-{STEP_FILES[1][:-8]}.parquet", 30, what="started writing",
+                          until=lambda: any(n.startswith(".tmp-") for n in (os.listdir(output) if output.exists()
+                                                                           else [])))
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err[-3000:]
