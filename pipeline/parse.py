@@ -118,7 +118,9 @@ def _refuse_unknown(command: str, rest: list[str]) -> None:
     given = PipelineOptions(rest).get_all_options(retain_unknown_options=True)
     unknown = set(given) - beam_option_names()
     tokens = [t for t in rest if t.startswith("-") and t.lstrip("-").split("=", 1)[0].replace("-", "_") in unknown]
-    loose = [t for t in rest if not t.startswith("-") and not _is_value(t, rest)]
+    # a bare word is the value of the flag before it (`--runner X`), else it is loose
+    loose = [t for k, t in enumerate(rest) if not t.startswith("-")
+             and not (k and rest[k - 1].startswith("-") and "=" not in rest[k - 1])]
     if not tokens and not loose:
         return
     for token in tokens:
@@ -133,11 +135,6 @@ def _refuse_unknown(command: str, rest: list[str]) -> None:
             raise UsageError(f"unknown option(s): {token} (a `relabel {owners[0]}` option; "
                              f"`relabel {command}` does not take it)")
     raise UsageError(f"unknown option(s): {' '.join(tokens + loose)}")
-
-
-def _is_value(token: str, rest: list[str]) -> bool:
-    """A bare word right after a flag is that flag's value."""
-    return any(rest[i + 1] is token and rest[i].startswith("-") and "=" not in rest[i] for i in range(len(rest) - 1))
 
 
 def print_beam_help(command: str) -> None:
