@@ -45,6 +45,11 @@ DATASETS = {
                  spec_for_rows(1_000_000, steps=100, files_per_step=1, mean_response_tokens=16, seed=12)),
     "T": Dataset("T", "20k rows, ~1k-token responses, 10 files",
                  spec_for_rows(20_000, steps=5, files_per_step=2, mean_response_tokens=1024, seed=13)),
+    # the other layout of each: M with steps shared by two files, T with one file per step
+    "M2": Dataset("M2", "1M rows, 16-token responses, 100 files, each step in two files",
+                  spec_for_rows(1_000_000, steps=50, files_per_step=2, mean_response_tokens=16, seed=15)),
+    "T1": Dataset("T1", "20k rows, ~1k-token responses, 10 files, one file per step",
+                  spec_for_rows(20_000, steps=10, files_per_step=1, mean_response_tokens=1024, seed=16)),
     "L": Dataset("L", "10M rows (10x M), 16-token responses, 1000 files",
                  spec_for_rows(10_000_000, steps=1000, files_per_step=1, mean_response_tokens=16, seed=14),
                  on_demand=True),

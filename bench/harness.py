@@ -41,11 +41,13 @@ IMPLS = {
     "polars_peer": Impl("polars_peer", "polars", "peer"),
     "loop_peer": Impl("loop_peer", "python loop", "peer"),
     "floor": Impl("floor", "floor (pyarrow r+w)", "floor"),
+    # the floor with the files split over one process per core: what two cores allow
+    "floor_2core": Impl("floor_2core", "floor, one process per core", "floor"),
     # the same pipeline on Beam's Dask runner, a LocalCluster started and closed by the run (--peers dask)
     "pipeline_dask": Impl("pipeline_dask", "pipeline on Dask (LocalCluster)", "pipeline", ("--runner", "DaskRunner")),
 }
 ALIASES = {"pipeline": "pipeline", "duckdb": "duckdb_peer", "polars": "polars_peer", "loop": "loop_peer",
-           "floor": "floor", "dask": "pipeline_dask"}
+           "floor": "floor", "floor2": "floor_2core", "dask": "pipeline_dask"}
 ONLY_WHEN_NAMED = ("pipeline_dask",)  # not in the default set: another runner, not a peer
 
 

@@ -1,7 +1,7 @@
 """`python -m bench`: the pipeline against its peers on the same generated data.
 
-    python -m bench [--sizes S,M,T] [--rounds 3] [--skip-check] [--markdown FILE]
-                    [--peers pipeline,duckdb,polars,loop,floor] [--skip-startup] [--skip-micro]
+    python -m bench [--sizes S,M,M2,T,T1] [--rounds 3] [--skip-check] [--markdown FILE]
+                    [--peers pipeline,duckdb,polars,loop,floor,floor2] [--skip-startup] [--skip-micro]
 
 1. Datasets (bench/data/<size>/, generated once, reused while the spec stamp matches).
 2. Check (unless --skip-check): every peer's output equals the pipeline's on every
@@ -43,7 +43,7 @@ from bench.harness import (
     run_impl,
 )
 
-DEFAULT_SIZES = "S,M,T"
+DEFAULT_SIZES = "S,M,M2,T,T1"
 NOT_ON_L_BY_DEFAULT = ("loop_peer",)  # ~1 KB of Python objects per row: ~10 GB on L; ask with --peers
 
 
@@ -217,10 +217,11 @@ def _median(values):
 def dataset_table(size: str, rows: int, runs: dict) -> tuple[list[str], list[list[str]], list[str]]:
     med = {k: _median(r["wall_s"] for r in v) for k, v in runs.items()}
     floor = med.get("floor")
+    floor2 = med.get("floor_2core")
     pipeline = med.get("pipeline")
     floor_size = runs["floor"][-1]["output_bytes"] if "floor" in runs else None
     header = ["implementation", "wall median s", "min–max s", "cpu median s", "peak RSS MB", "rows/s",
-              "× floor", "pipeline ÷ this", "output MB", "size × floor"]
+              "× floor", "× 2-core floor", "pipeline ÷ this", "output MB", "size × floor"]
     table = []
     for key, v in runs.items():
         walls = [r["wall_s"] for r in v]
@@ -233,6 +234,7 @@ def dataset_table(size: str, rows: int, runs: dict) -> tuple[list[str], list[lis
             f"{max(r['peak_rss_mb'] for r in v):.0f}",
             f"{rows / med[key]:,.0f}",
             f"{med[key] / floor:.2f}" if floor else "–",
+            f"{med[key] / floor2:.2f}" if floor2 else "–",
             f"{pipeline / med[key]:.2f}" if pipeline else "–",
             f"{out_bytes / 1e6:.1f}",
             f"{out_bytes / floor_size:.2f}" if floor_size else "–",
