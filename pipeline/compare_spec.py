@@ -3,6 +3,9 @@
 The keys are the labeling options' own names (docs/semantics.md), found from
 the settings class; `std` is short for std_normalization. A side starts from
 the run-wide flags and its spec overrides them.
+
+`--a column:NAME` is the advantage the input already stores at NAME (a column or a dotted path, as
+--column SOURCE takes): a framework's own advantages, compared with B computed as usual.
 """
 from __future__ import annotations
 
@@ -16,6 +19,7 @@ from transforms.lib.settings import Labeling, Side
 ALIASES = {"std": "std_normalization"}
 # the semantics is the spec's first word; the reward's fields are the run's
 NOT_PER_SIDE = Side.NOT_PER_SIDE + Side.RUN_WIDE + ("semantics",)
+STORED = "column:"  # --a column:NAME
 SWITCH = {"on": True, "true": True, "yes": True, "1": True, "off": False, "false": False, "no": False, "0": False}
 
 
@@ -27,7 +31,10 @@ def spec_keys() -> dict[str, type]:
 
 
 def parse_side(flag: str, spec: str, base: dict) -> Side:
-    """`legacy-reshape,estimator=grpo,std=off` over the run-wide `base` values -> a Side."""
+    """`legacy-reshape,estimator=grpo,std=off` over the run-wide `base` values -> a Side;
+    `column:NAME` (--a only) -> a stored side."""
+    if spec.strip().startswith(STORED):
+        return _stored_side(flag, spec, base)
     semantics, *pairs = [part.strip() for part in spec.split(",")]
     if semantics not in SEMANTICS:
         raise UsageError(f"{flag} {spec}: unknown semantics {semantics!r}; choose one of {', '.join(SEMANTICS)}")
@@ -52,6 +59,21 @@ def parse_side(flag: str, spec: str, base: dict) -> Side:
         return Side(Labeling.from_values(values), spec)
     except ValueError as error:
         raise UsageError(f"{flag} {spec}: {error}") from error
+
+
+def _stored_side(flag: str, spec: str, base: dict) -> Side:
+    path = spec.strip()[len(STORED):].strip()
+    if flag != "--a":
+        raise UsageError(f"{flag} {spec}: a stored advantage column is side A only (B is the reference, "
+                         "computed: --a column:NAME --b SEMANTICS)")
+    if not path.strip(". ") or "," in path:
+        raise UsageError(f"{flag} {spec}: expected column:NAME (NAME a column or a dotted path, e.g. "
+                         "column:advantage or column:advantages.0.0)")
+    try:  # the run-wide options: how the input is read, batched and keyed, as B reads it
+        labeling = Labeling.from_values(base)
+    except ValueError as error:
+        raise UsageError(f"{flag} {spec}: {error}") from error
+    return Side(labeling, spec.strip(), stored_column=path)
 
 
 def _plain(hint) -> type:

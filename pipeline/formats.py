@@ -28,8 +28,16 @@ PRESETS: dict[str, list[str]] = {
 }
 
 
-def expand_format(argv: list[str]) -> list[str]:
-    """argv with `--format X` replaced by the preset's flags, placed first (the command line wins)."""
+# `relabel compare`: the preset's stored advantage is side A unless --a is given (--a column:NAME)
+STORED_ADVANTAGE: dict[str, str] = {
+    "nemo-rl": "advantages.0.0",   # the advantage repeated at every token: the first token's
+    "trl": "advantage",
+}
+
+
+def expand_format(argv: list[str], command: str | None = None) -> list[str]:
+    """argv with `--format X` replaced by the preset's flags, placed first (the command line wins); for
+    `compare`, a preset with a stored advantage adds `--a column:NAME` (a later --a wins)."""
     rest, presets, i = [], [], 0
     while i < len(argv):
         token = argv[i]
@@ -43,6 +51,8 @@ def expand_format(argv: list[str]) -> list[str]:
             if name not in PRESETS:
                 raise UsageError(f"--format {name!r}: expected one of {', '.join(PRESETS)}")
             presets += PRESETS[name]
+            if command == "compare" and name in STORED_ADVANTAGE:
+                presets.append(f"--a=column:{STORED_ADVANTAGE[name]}")
             continue
         rest.append(token)
         i += 1

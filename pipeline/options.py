@@ -185,8 +185,10 @@ def compare_parser() -> Parser:
     _add_io(parser, argparse.SUPPRESS)
     group = parser.group("the two labelings")
     group.add_argument("--a", dest="compare_a", metavar="SPEC",
-                       help="labeling A: SEMANTICS[,estimator=E,std=on|off,KEY=VALUE...]")
-    group.add_argument("--b", dest="compare_b", metavar="SPEC", help="labeling B, the same way")
+                       help="labeling A: SEMANTICS[,estimator=E,std=on|off,KEY=VALUE...], or column:NAME "
+                            "(the advantage stored in the input)")
+    group.add_argument("--b", dest="compare_b", metavar="SPEC",
+                       help="labeling B, the reference: a SEMANTICS spec as for --a")
     group.add_argument("--report", metavar="DIR", help="directory for report.json, report.md and the plots")
     add_labeling(parser)
     parser.set_defaults(output=None)

@@ -47,7 +47,7 @@ def parse(command: str, argv: list[str]) -> Parsed:
     parser = PARSERS[command]()
     if _mentions_dask(argv):
         register_dask_options()
-    args, rest = parser.parse_known_args(expand_format(expand_config(list(argv), parser, beam_option_names())))
+    args, rest = parser.parse_known_args(expand_format(expand_config(list(argv), parser, beam_option_names()), command))
     _refuse_unknown(command, rest)
     options = PipelineOptions(rest)
     standard = options.view_as(StandardOptions)

@@ -60,8 +60,9 @@ def relabel(rows: pa.Table | list[dict], *, prompt_group_sizes: list[int] | None
         or a list of sample dicts (slime / miles `Sample.to_dict()`).
     options: the labeling options of `relabel run`, by their names with underscores: semantics,
         estimator, std_normalization, rewards_normalization, reward_key, mainstream,
-        drop_uniform_groups, n_samples_per_prompt, rollout_batch_size. Those not given keep the CLI's
-        defaults.
+        drop_uniform_groups, n_samples_per_prompt, rollout_batch_size, and the input's layout: columns
+        (["reward=score", "group_index=uid"], as --column), reward_keys, baseline_column, group_key.
+        Those not given keep the CLI's defaults.
     prompt_group_sizes: the rows' group sizes, as a dump's metadata gives them; rows of one batch only.
     device: where the numeric core runs: "cpu" (numpy), "cuda" (torch) or "auto".
 

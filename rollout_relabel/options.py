@@ -53,7 +53,19 @@ def _checked(name, value, hint):
         return None
     if kind is int and isinstance(value, numbers.Integral) and not isinstance(value, bool):
         return int(value)  # numpy integers too: the core compares plain ints
+    if typing.get_origin(kind) is tuple:  # tuple[str, ...] (columns, reward_keys): a list or tuple of them
+        item = typing.get_args(kind)[0]
+        if isinstance(value, (list, tuple)) and all(_is(v, item) for v in value):
+            return tuple(float(v) if item is float else v for v in value)
+        raise UsageError(f"option {name} must be a list of {item.__name__}"
+                         + (" or None" if type(None) in kinds else "") + f", got {value!r}")
     if kind is not int and isinstance(value, kind):
         return value
     expected = kind.__name__ + (" or None" if type(None) in kinds else "")
     raise UsageError(f"option {name} must be {expected}, got {value!r}")
+
+
+def _is(value, kind) -> bool:
+    if kind is float:
+        return isinstance(value, numbers.Real) and not isinstance(value, bool)
+    return isinstance(value, kind)

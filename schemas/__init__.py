@@ -66,10 +66,12 @@ SLIM_BASELINE = pa.field("baseline", pa.float64())
 # by first appearance in the batch before the core (transforms/lib/label_batch.py dense_keys).
 SLIM_GROUP_TEXT = pa.field("group_text", pa.string())
 SLIM_ROLLOUT_TEXT = pa.field("rollout_text", pa.string())
+# `relabel compare --a column:NAME`: the advantage the input stores (null where absent or not a number)
+SLIM_STORED_ADVANTAGE = pa.field("stored_advantage", pa.float64())
 
 
 def slim_schema(reward_parts: bool = False, baseline: bool = False, group_text: bool = False,
-                rollout_text: bool = False) -> pa.Schema:
+                rollout_text: bool = False, stored_advantage: bool = False) -> pa.Schema:
     schema = SLIM
     if reward_parts:
         schema = schema.append(SLIM_REWARD_PARTS)
@@ -79,6 +81,8 @@ def slim_schema(reward_parts: bool = False, baseline: bool = False, group_text: 
         schema = schema.append(SLIM_GROUP_TEXT)
     if rollout_text:
         schema = schema.append(SLIM_ROLLOUT_TEXT)
+    if stored_advantage:
+        schema = schema.append(SLIM_STORED_ADVANTAGE)
     return schema
 
 # Per-row result of the advantage computation, joined back to its source file.

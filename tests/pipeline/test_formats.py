@@ -72,12 +72,16 @@ def test_areal(tmp_path):
     assert nine == pytest.approx(grpo([1.0, 0.2, 0.3, 0.0]), abs=1e-5)
 
 
-def write_trl(folder, step, groups, reward_name="accuracy_reward"):
+def write_trl(folder, step, groups, reward_name="accuracy_reward", advantages=None):
     """TRL's `GRPOTrainer.log` (trl/trainer/grpo_trainer.py, huggingface/trl@f2cd5771):
     `completions/completions_{step:05d}.parquet` with step, prompt, completion, one column per reward function
-    and advantage; groups are consecutive slices of num_generations."""
+    and advantage; groups are consecutive slices of num_generations. `advantages`: the stored advantage
+    column as a flat list (default: grpo of each group)."""
+    if advantages is None:
+        advantages = [a for rewards in groups for a in grpo(rewards)]
+    flat = [(g, r) for g, rewards in enumerate(groups) for r in rewards]
     rows = [{"step": step, "prompt": f"p{g}", "completion": "c", reward_name: r, "advantage": a}
-            for g, rewards in enumerate(groups) for r, a in zip(rewards, grpo(rewards))]
+            for (g, r), a in zip(flat, advantages, strict=True)]
     os.makedirs(folder, exist_ok=True)
     pq.write_table(pa.Table.from_pylist(rows), os.path.join(folder, f"completions_{step:05d}.parquet"))
 

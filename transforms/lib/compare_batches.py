@@ -10,6 +10,10 @@ Definitions (README, "Comparing semantics"):
 - wrong sign: both non-zero and sign(a) != sign(b);
 - groups are B's prompt groups; a group differs when one of its rows does not agree or is not
   written under A.
+- a stored side (`--a column:NAME`, Side.stored_column): A's advantage is the value the input stores at
+  NAME, not computed; a row whose stored value is null or absent is dead under A (STORED_MISSING), one
+  whose value is NaN or infinite too (STORED_NON_FINITE). A's groups are then B's groups with a row live
+  under A, uniform when all of those rows are zero.
 """
 from __future__ import annotations
 
@@ -31,6 +35,8 @@ SAMPLE_POINTS = 2000   # (a, b) points kept for the scatter, whatever the run's 
 LISTED_GROUPS = 100    # differing groups listed by name, largest |a - b| first
 
 LIVE, DEAD, FILTERED = 0, 1, 2
+STORED_MISSING = "stored-advantage-missing"
+STORED_NON_FINITE = "stored-advantage-non-finite"
 COUNTS = ("rows", "compared", "dead_a", "dead_b", "filtered_a", "filtered_b", "dead_both", "agree", "wrong_sign",
           "zero_to_nonzero", "nonzero_to_zero", "nonzero_a", "nonzero_b", "groups_a", "groups_b", "groups_differing",
           "uniform_groups_a", "uniform_groups_b")
@@ -53,18 +59,25 @@ def batch_label(batch_key: str, names: dict[str, str]) -> tuple[int | None, str]
 
 def compare_batch(batch_key: str, parts: list[tuple[str, pa.Table]], prompt_group_sizes, a: Side, b: Side,
                   names: dict[str, str], device: str = "cpu") -> BatchComparison:
-    """Label one batch twice (the pipeline's own label_batch) and compare row by row.
+    """Label one batch twice (the pipeline's own label_batch) and compare row by row; a stored side A
+    (a.stored_column) is read from the slim rows' `stored_advantage` instead of being labelled.
 
     names maps each source path to its name relative to its --input root: labels and the
     sample do not depend on where the run is stored.
     """
     step, label = batch_label(batch_key, names)
     parts = sorted(parts, key=lambda part: part[0])
-    side_a = label_batch(batch_key, parts, prompt_group_sizes, a.labeling, device)
     side_b = label_batch(batch_key, parts, prompt_group_sizes, b.labeling, device)
-    adv_a, state_a, _ = _aligned(side_a, parts)
     adv_b, state_b, group_b = _aligned(side_b, parts)
     slim = concat_slim([t for _, t in parts]) if parts else None
+    if a.stored_column is None:
+        side_a = label_batch(batch_key, parts, prompt_group_sizes, a.labeling, device)
+        adv_a, state_a, _ = _aligned(side_a, parts)
+        dead_a_by_reason = _reasons(side_a.dead)
+        groups_a, uniform_groups_a = side_a.counters.groups, side_a.counters.uniform_groups
+    else:
+        adv_a, state_a, dead_a_by_reason = _stored(slim, len(adv_b))
+        groups_a, uniform_groups_a = _stored_groups(adv_a, state_a, group_b)
     n = len(adv_a)
     file_rows = np.concatenate([np.asarray(t.column("row")) for _, t in parts]) if parts else np.zeros(0, np.int64)
     file_names = np.repeat(np.array([names.get(s, s) for s, _ in parts], dtype=object),
@@ -83,15 +96,15 @@ def compare_batch(batch_key: str, parts: list[tuple[str, pa.Table]], prompt_grou
         "dead_a": int((state_a == DEAD).sum()), "dead_b": int((state_b == DEAD).sum()),
         "dead_both": int(((state_a == DEAD) & (state_b == DEAD)).sum()),
         "filtered_a": int((state_a == FILTERED).sum()), "filtered_b": int((state_b == FILTERED).sum()),
-        "dead_a_by_reason": _reasons(side_a.dead), "dead_b_by_reason": _reasons(side_b.dead),
+        "dead_a_by_reason": dead_a_by_reason, "dead_b_by_reason": _reasons(side_b.dead),
         "agree": int(agree.sum()), "wrong_sign": int(wrong_sign.sum()),
         "zero_to_nonzero": int((compared & zero_a & ~zero_b).sum()),
         "nonzero_to_zero": int((compared & ~zero_a & zero_b).sum()),
         "nonzero_a": int((compared & ~zero_a).sum()), "nonzero_b": int((compared & ~zero_b).sum()),
         "sum_abs_delta": float(delta[compared].sum()) if compared.any() else 0.0,
         "max_abs_delta": float(delta[compared].max()) if compared.any() else 0.0,
-        "groups_a": side_a.counters.groups, "groups_b": side_b.counters.groups,
-        "uniform_groups_a": side_a.counters.uniform_groups, "uniform_groups_b": side_b.counters.uniform_groups,
+        "groups_a": groups_a, "groups_b": side_b.counters.groups,
+        "uniform_groups_a": uniform_groups_a, "uniform_groups_b": side_b.counters.uniform_groups,
     }
     groups, record["groups_differing"], record["group_sizes"] = _groups(
         slim, group_b, differs, wrong_sign, delta, compared, state_a, file_names, file_rows, label)
@@ -121,6 +134,31 @@ def _aligned(side: BatchResult, parts):
                 state[offset + np.searchsorted(file_rows, np.asarray(records.column("row")))] = kind
         offset += size
     return advantage, state, group
+
+
+def _stored(slim, n: int):
+    """A stored side's advantage, row state and dead reasons, in the batch's row order."""
+    if slim is None or "stored_advantage" not in slim.column_names:
+        return np.full(n, np.nan), np.full(n, DEAD, dtype=np.int8), ({STORED_MISSING: n} if n else {})
+    column = slim.column("stored_advantage").combine_chunks()
+    missing = np.asarray(column.is_null())
+    advantage = np.asarray(pc.fill_null(column, np.nan), dtype=np.float64)
+    non_finite = ~missing & ~np.isfinite(advantage)
+    state = np.where(missing | non_finite, DEAD, LIVE).astype(np.int8)
+    reasons = {reason: int(count) for reason, count in ((STORED_MISSING, missing.sum()),
+                                                        (STORED_NON_FINITE, non_finite.sum())) if count}
+    return np.where(state == LIVE, advantage, np.nan), state, reasons
+
+
+def _stored_groups(adv_a, state_a, group_b) -> tuple[int, int]:
+    """A stored side's groups: B's groups with a row live under A; uniform when all those rows are zero."""
+    live = (group_b >= 0) & (state_a == LIVE)
+    if not live.any():
+        return 0, 0
+    g = group_b[live]
+    rows = np.bincount(g)
+    nonzero = np.bincount(g, weights=np.abs(adv_a[live]) > ZERO_TOL, minlength=len(rows))
+    return int((rows > 0).sum()), int(((rows > 0) & (nonzero == 0)).sum())
 
 
 def _reasons(dead: pa.Table) -> dict[str, int]:

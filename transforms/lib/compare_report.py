@@ -46,6 +46,8 @@ def write(report: dict, directory: str) -> list[str]:
 # ---------------------------------------------------------------- text
 
 def side_text(side: dict) -> str:
+    if side.get("stored_column"):
+        return f"stored advantage, column {side['stored_column']}"
     parts = [side["semantics"], f"estimator {side['estimator']}", f"std {'on' if side['std_normalization'] else 'off'}"]
     if not side["rewards_normalization"]:
         parts.append("no rewards normalization")
@@ -104,6 +106,10 @@ def totals_rows(report: dict) -> list[tuple[str, str]]:
         ("dead-lettered rows B", dead("b")),
         ("filtered rows A / B", f"{t['filtered_a']} / {t['filtered_b']}"),
     ]
+
+
+def _axis_name(side: dict) -> str:
+    return f"stored ({side['stored_column']})" if side.get("stored_column") else side["semantics"]
 
 
 def markdown(report: dict) -> str:
@@ -201,8 +207,8 @@ def scatter_png(report: dict) -> bytes:
                   transform=axes.transAxes)
     axes.axhline(0, color="0.8", linewidth=0.8, zorder=0)
     axes.axvline(0, color="0.8", linewidth=0.8, zorder=0)
-    axes.set_xlabel(f"A: {report['a']['semantics']} advantage")
-    axes.set_ylabel(f"B: {report['b']['semantics']} advantage")
+    axes.set_xlabel(f"A: {_axis_name(report['a'])} advantage")
+    axes.set_ylabel(f"B: {_axis_name(report['b'])} advantage")
     shown = f"{len(points)} of {sample['of_rows']} rows" if len(points) < sample["of_rows"] else \
         f"all {sample['of_rows']} rows"
     axes.set_title(f"A against B, {shown}")

@@ -42,7 +42,7 @@ def relabel_table(table: pa.Table, labeling: Labeling, source: str = MEMORY_SOUR
     prompt_group_sizes: the group sizes of a table that is one batch (a .pt dump's metadata).
     """
     try:
-        parts = extract_slim(table, source, labeling.reward_key)
+        parts = extract_slim(table, source, labeling.reward_fields())  # --column, --reward-keys, ... too
     except BadFile as bad:  # a null or non-integer step: as `relabel run` records an unusable file
         dead = file_dead_letter(source, bad.reason, bad.message)
         return TableResult(no_training_rows(table), dead, schemas.DEAD_LETTERS.empty_table(), [])

@@ -40,6 +40,7 @@ class RewardFields:
     columns: tuple[str, ...] | None = None       # --column NAME=SOURCE: where each interpreted column is read
     batch_from: str = "column"                   # --batch-from: the step column, the file or its folder
     group_key: str | None = None                 # --group-key: a group key derived from part of group_index
+    stored_advantage: str | None = None          # compare --a column:NAME: the advantage the input stores
 
 
 # What --column may name (NAME=SOURCE): the interpreted input columns
@@ -188,6 +189,9 @@ class Side:
     """One labeling of `relabel compare`, with the spec it was written as."""
     labeling: Labeling
     spec: str = ""
+    # `--a column:NAME`: this side's advantages are the ones stored in the input at NAME (a column or a
+    # dotted path, as --column SOURCE), not computed; `labeling` then only carries the run-wide options
+    stored_column: str | None = None
 
     # the reward key is the run's, not a side's: it is not part of a side's record
     NOT_PER_SIDE = ("reward_key",)
@@ -195,6 +199,8 @@ class Side:
     RUN_WIDE = ("reward_keys", "reward_weights", "baseline_column", "columns", "batch_from", "group_key")
 
     def record(self) -> dict:
+        if self.stored_column is not None:
+            return {"stored_column": self.stored_column, "spec": self.spec}
         record = {k: v for k, v in self.labeling.record().items() if k not in self.NOT_PER_SIDE}
         return dict(record, spec=self.spec)
 
@@ -212,11 +218,12 @@ class CompareSettings:
 
     def step_column(self) -> str:
         """The input column that holds the step, as the plan reads it from footers."""
-        return column_map(self.columns).get("step", "step")
+        return self.a.labeling.step_column()
 
     def reward_fields(self) -> RewardFields:
         """Read once for both sides: the reward options are the run's, not a side's (both sides carry them)."""
-        return dataclasses.replace(self.a.labeling.reward_fields(), key=self.reward_key)
+        return dataclasses.replace(self.a.labeling.reward_fields(), key=self.reward_key,
+                                   stored_advantage=self.a.stored_column)
 
 
 @dataclass(frozen=True)

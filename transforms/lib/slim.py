@@ -47,9 +47,9 @@ def slim_input_columns(reward: RewardFields | None = None) -> tuple[str, ...]:
     if reward is None:
         return schemas.SLIM_INPUT_COLUMNS
     extra = mapped_sources(reward.columns)
-    if reward.baseline_column is not None:
-        path = reward.baseline_column
-        extra += (path, path.split(".", 1)[0])
+    for path in (reward.baseline_column, reward.stored_advantage):
+        if path is not None:
+            extra += (path, path.split(".", 1)[0])
     return tuple(dict.fromkeys(schemas.SLIM_INPUT_COLUMNS + extra))
 
 
@@ -115,6 +115,9 @@ def extract_slim(table: pa.Table, source: str, reward: RewardFields | str | None
     baseline = None
     if fields.baseline_column is not None:  # after every row problem: a problem's text wins its row's detail
         baseline = _baseline_values(table, fields.baseline_column, problem, details)
+    stored = None
+    if fields.stored_advantage is not None:
+        stored = stored_advantage_values(table, fields.stored_advantage)
     detail = [None] * n
     for i, text in details.items():
         detail[i] = text
@@ -138,8 +141,11 @@ def extract_slim(table: pa.Table, source: str, reward: RewardFields | str | None
         columns["group_text"] = group_text
     if rollout_text is not None:
         columns["rollout_text"] = rollout_text
+    if stored is not None:
+        columns["stored_advantage"] = stored
     slim = pa.table(columns, schema=schemas.slim_schema(parts is not None, baseline is not None,
-                                                        group_text is not None, rollout_text is not None))
+                                                        group_text is not None, rollout_text is not None,
+                                                        stored is not None))
 
     if fields.batch_from == "folder":
         return [(f"folder={source.rsplit('/', 1)[0] if '/' in source else '.'}", slim)]
@@ -354,6 +360,21 @@ def _baseline_values(table, path, problem, details) -> np.ndarray:
     _note(problem, details, np.isnan(numbers), lambda i: f"baseline {path!r} is null, absent or not a number")
     _note(problem, details, np.isinf(numbers), lambda i: f"baseline {path!r} is {numbers[i]}")
     return numbers
+
+
+def stored_advantage_values(table, path) -> pa.Array:
+    """float64 with nulls: the advantage stored at `path` (`relabel compare --a column:NAME`), read with the
+    same path lookup as --column and --baseline-column. Null where the column is absent, the value null or
+    not a number; NaN and inf are kept as they are (compare_batch counts both kinds as dead under A)."""
+    n = table.num_rows
+    values, _ = _lookup_path(table, path, "stored advantage")
+    if values is None:
+        return pa.nulls(n, pa.float64())
+    if isinstance(values, np.ndarray):  # parsed from JSON text: NaN where absent
+        return pa.array(values, mask=np.isnan(values))
+    if not _is_number(values.type):
+        return pa.nulls(n, pa.float64())
+    return pc.cast(values, pa.float64())
 
 
 def _note(problem, details, where, describe):

@@ -1,0 +1,91 @@
+"""`relabel compare --a column:NAME`: a framework's own stored advantages against ours (B computed as usual);
+`--format trl` / `--format nemo-rl` make the stored column side A when --a is not given."""
+import json
+import statistics
+
+import numpy as np
+import pytest
+
+from tests.conftest import run_cli
+from tests.pipeline.test_formats import grpo, write_nemo_rl, write_trl
+from transforms.lib.compare_batches import AGREE_ABS, AGREE_REL, ZERO_TOL
+
+# rewards on a scale of tens: TRL's eps (1e-4) against ours (1e-6) moves an advantage by about 1e-4 / std,
+# well inside the report's relative tolerance (1e-5) once the std is in the tens
+GROUPS = [[100.0, 0.0, 100.0, 0.0, 50.0, 50.0, 100.0, 0.0], [20.0] * 4 + [100.0] * 4, [30.0] * 8]
+
+
+def trl_grpo(rewards):
+    """TRL's default scale_rewards="group": (r - group mean) / (group std (ddof 1) + 1e-4)."""
+    m, s = statistics.mean(rewards), statistics.stdev(rewards)
+    return [(r - m) / (s + 1e-4) for r in rewards]
+
+
+def compare(tmp_path, *flags, codes=(0,)):
+    report = tmp_path / "report"
+    run_cli("compare", *flags, "--input", tmp_path / "in", "--report", report, check_codes=codes)
+    return json.loads((report / "report.json").read_text())
+
+
+def test_trl_stored_advantages_agree_with_ours(tmp_path):
+    stored = [a for g in GROUPS for a in trl_grpo(g)]
+    ours = [a for g in GROUPS for a in grpo(g)]
+    assert max(abs(a - b) for a, b in zip(stored, ours)) > 0  # not bit for bit: the eps differ
+    write_trl(tmp_path / "in", 10, GROUPS, advantages=stored)
+    report = compare(tmp_path, "--format", "trl", "--column", "reward=accuracy_reward", "--b", "group-index")
+    assert report["a"] == {"stored_column": "advantage", "spec": "column:advantage"}  # the preset's default --a
+    t = report["totals"]
+    assert (t["rows"], t["compared"], t["dead_a"], t["dead_b"]) == (24, 24, 0, 0)
+    assert t["agree_fraction"] == 1.0 and t["wrong_sign"] == 0
+    assert 0 < t["max_abs_delta"] < 1e-5
+    assert (t["groups_a"], t["groups_b"], t["uniform_groups_a"], t["uniform_groups_b"]) == (3, 3, 1, 1)
+
+
+def test_trl_stored_batch_mean_advantages_disagree(tmp_path):
+    """Advantages stored as r - the batch's mean (no groups), one of them null and one NaN: the last
+    group's 60s are below their group's mean (ours < 0) but above the batch's (stored > 0)."""
+    groups = GROUPS + [[60.0, 70.0] * 4]
+    rewards = [r for g in groups for r in g]
+    stored = [r - statistics.mean(rewards) for r in rewards]
+    stored[1], stored[9] = None, float("nan")
+    write_trl(tmp_path / "in", 10, groups, advantages=stored)
+    report = compare(tmp_path, "--format", "trl", "--column", "reward=accuracy_reward",
+                     "--a", "column:advantage", "--b", "group-index", codes=(3,))
+    a = np.array([np.nan if x is None else x for x in stored])
+    b = np.array([x for g in groups for x in grpo(g)], dtype=np.float32).astype(np.float64)
+    live = np.isfinite(a)
+    agree = live & (np.abs(a - b) <= AGREE_ABS + AGREE_REL * np.abs(b))
+    wrong = live & (np.abs(a) > ZERO_TOL) & (np.abs(b) > ZERO_TOL) & (np.sign(a) != np.sign(b))
+    t = report["totals"]
+    assert t["dead_a_by_reason"] == {"stored-advantage-missing": 1, "stored-advantage-non-finite": 1}
+    assert (t["compared"], t["dead_a"], t["dead_b"]) == (30, 2, 0)
+    assert (t["agree"], t["wrong_sign"]) == (int(agree.sum()), int(wrong.sum()))
+    assert t["wrong_sign"] == 4 and t["agree"] < t["compared"]
+    assert t["zero_to_nonzero"] == int((live & (np.abs(a) <= ZERO_TOL) & (np.abs(b) > ZERO_TOL)).sum())
+    assert t["nonzero_to_zero"] == int((live & (np.abs(a) > ZERO_TOL) & (np.abs(b) <= ZERO_TOL)).sum())
+
+
+def test_nemo_rl_stored_advantages_at_a_dotted_path(tmp_path):
+    groups = [[1.0, 0.0], [0.5, 0.25], [0.0, 1.0]]  # n = 2: NeMo-RL's advantage is r_i - r_j, unscaled
+    write_nemo_rl(tmp_path / "in", 1, groups)
+    report = compare(tmp_path, "--format", "nemo-rl", "--n-samples-per-prompt", "2", "--b", "group-index")
+    assert report["a"]["stored_column"] == "advantages.0.0"
+    t = report["totals"]
+    assert (t["compared"], t["agree"], t["wrong_sign"]) == (6, 6, 0)
+
+
+def test_a_missing_stored_column_is_dead_under_a_only(tmp_path):
+    write_trl(tmp_path / "in", 3, GROUPS[:1])
+    report = compare(tmp_path, "--format", "trl", "--column", "reward=accuracy_reward", "--a", "column:metrics.adv",
+                     "--b", "group-index", codes=(3,))
+    t = report["totals"]
+    assert t["dead_a_by_reason"] == {"stored-advantage-missing": 8}
+    assert (t["dead_a"], t["dead_b"], t["compared"]) == (8, 0, 0)
+
+
+@pytest.mark.parametrize("flags", [("--a", "group-index", "--b", "column:advantage"),
+                                   ("--a", "column:", "--b", "group-index")])
+def test_stored_side_usage_errors(tmp_path, flags):
+    write_trl(tmp_path / "in", 3, GROUPS[:1])
+    out = run_cli("compare", *flags, "--input", tmp_path / "in", "--report", tmp_path / "r", check_codes=(2,))
+    assert "column:" in out.stderr
