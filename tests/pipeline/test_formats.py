@@ -1,21 +1,63 @@
-"""--format presets on fixtures written field for field as the frameworks write them (docs/formats.md)."""
+"""--format presets on fixtures written field for field as the frameworks write them (docs/formats.md).
+
+Expected advantages and dead letters come from the plain-Python oracle (tests/reference.py), fed the rows
+grouped as each framework groups them (its key, or positional slices) and configured with the preset's own
+flags (parsed by the CLI): no hand-written mean/std here.
+"""
 import json
 import os
-import statistics
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from pipeline.run import parse_run
 from tests.conftest import run_cli
+from tests.reference import Batch, Row, reference_relabel
+
+MALFORMED = "malformed"  # a line that is not a JSON object
 
 
-def grpo(rewards):
-    """Group mean and sample std (ddof 1), eps 1e-6: the advantage of each reward of one group."""
-    if len(rewards) == 1:
-        return [0.0]
-    m, s = statistics.mean(rewards), statistics.stdev(rewards)
-    return [(r - m) / (s + 1e-6) if s > 0 else r - m for r in rewards]
+def preset_config(name, *flags):
+    """The CoreConfig the preset (and any extra flags) stands for, as the CLI parses it."""
+    return parse_run(["--format", name, *flags, "--input", "in", "--output", "out"])[1].core
+
+
+def reference(files, config, keyed=True):
+    """files: [(source, [(group key, reward)])] of one batch, in path order; reward None: missing,
+    MALFORMED: a malformed line. -> {source: {row: (advantage or None, problem or "")}}.
+
+    A malformed line's row is a prompt group of its own when groups are keyed; with positional slices it is
+    left out of the batch (docs/formats.md)."""
+    rows, where, out = [], [], {}
+    for source, lines in files:
+        out[source] = {}
+        for i, (key, reward) in enumerate(lines):
+            if reward == MALFORMED:
+                out[source][i] = (None, "malformed-line")
+                if not keyed:
+                    continue
+                rows.append(Row(0.0, 0, group_index=("malformed", source, i), problem="malformed-line"))
+            elif reward is None:
+                rows.append(Row(0.0, 0, group_index=key if keyed else None, problem="non-numeric-reward"))
+            else:
+                rows.append(Row(reward, 0, group_index=key if keyed else None))
+            where.append((source, i))
+    for (source, i), result in zip(where, reference_relabel([Batch(rows)], config)[0]):
+        out[source][i] = (result.advantage, result.problem)
+    return out
+
+
+def check(output, part, source, expected):
+    """The part file's advantages are the oracle's live rows; the dead letters of `source` are exactly its
+    dead rows."""
+    written = pq.read_table(output / part).column("advantage").to_pylist()
+    live = [adv for _, (adv, problem) in sorted(expected.items()) if not problem]
+    assert written == pytest.approx(live, abs=1e-5)
+    dead_path = output / "dead_letters.parquet"
+    dead = pq.read_table(dead_path).to_pylist() if dead_path.exists() else []
+    assert sorted((d["row"], d["reason"]) for d in dead if d["source"] == str(source)) == [
+        (i, problem) for i, (_, problem) in sorted(expected.items()) if problem]
 
 
 def write_verl(folder, step, groups, bad_line_after=None):
@@ -35,16 +77,16 @@ def write_verl(folder, step, groups, bad_line_after=None):
 
 
 def test_verl(tmp_path):
-    groups = [[1.0, 0.0, 1.0], [0.0, 1.0], [1.0, 1.0, 0.0, 0.5], [None, 1.0]]
+    groups = [[1.0, 0.0, 1.0], [0.0, 1.0], [1.0, 1.0, 0.0, 0.5], [None, 1.0], [0.7]]
     write_verl(tmp_path / "in", 1, groups, bad_line_after=4)
     run_cli("run", "--format", "verl", "--input", tmp_path / "in", "--output", tmp_path / "out", check_codes=(3,))
     rows = pq.read_table(tmp_path / "out" / "part-1.parquet").to_pylist()
-    want = [a for g in groups[:3] for a in grpo(g)]
-    assert [r["advantage"] for r in rows] == pytest.approx(want, abs=1e-5)
     assert rows[0]["uid"] == "4f2c-0000-9a_0_0"  # the input's columns kept
-    dead = pq.read_table(tmp_path / "out" / "dead_letters.parquet").to_pylist()
-    assert [(d["row"], d["reason"]) for d in dead] == [(4, "malformed-line"), (10, "non-numeric-reward"),
-                                                        (11, "non-numeric-reward")]
+    lines = [(f"4f2c-{g:04d}-9a", r) for g, rewards in enumerate(groups) for r in rewards]  # verl-uid: {uid}
+    lines.insert(4, (None, MALFORMED))
+    expected = reference([("1.jsonl", lines)], preset_config("verl"))["1.jsonl"]
+    check(tmp_path / "out", "part-1.parquet", tmp_path / "in" / "1.jsonl", expected)
+    assert sorted(i for i, (_, p) in expected.items() if p) == [4, 10, 11]  # the bad line, the group it kills
 
 
 def write_areal(root, version, tasks):
