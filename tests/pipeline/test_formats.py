@@ -89,29 +89,45 @@ def test_verl(tmp_path):
     assert sorted(i for i, (_, p) in expected.items() if p) == [4, 10, 11]  # the bad line, the group it kills
 
 
-def write_areal(root, version, tasks):
+def write_areal(root, version, tasks, bad_line=None):
     """AReaL's `WorkflowExecutor._dump_trajectory` (areal/infra/workflow_executor.py,
     inclusionAI/AReaL@4aef98d8): `{...}/rollout/{tail_version}/{task_id}.jsonl`, one line per trajectory row
-    with task_id, sample_idx, seqlen, prompt_len, head_version, tail_version, reward, prompt, completion."""
+    with task_id, sample_idx, seqlen, prompt_len, head_version, tail_version, reward, prompt, completion.
+    bad_line: (task_id, position) of a truncated line written there. -> {source: [(task_id, reward)]}."""
     folder = os.path.join(root, "rollout", str(version))
     os.makedirs(folder, exist_ok=True)
+    written = {}
     for task_id, rewards in tasks.items():
-        with open(os.path.join(folder, f"{task_id}.jsonl"), "a") as handle:
-            for i, reward in enumerate(rewards):
-                handle.write(json.dumps({"task_id": task_id, "sample_idx": i, "seqlen": 30 + i, "prompt_len": 20,
-                                         "head_version": -1, "tail_version": version, "reward": reward,
-                                         "prompt": "<|im_start|>user q", "completion": "a"}) + "\n")
+        path = os.path.join(folder, f"{task_id}.jsonl")
+        lines = [json.dumps({"task_id": task_id, "sample_idx": i, "seqlen": 30 + i, "prompt_len": 20,
+                             "head_version": version - 1, "tail_version": version, "reward": reward,
+                             "prompt": "<|im_start|>user q", "completion": "a"}) for i, reward in enumerate(rewards)]
+        expected = [(task_id, r) for r in rewards]
+        if bad_line is not None and bad_line[0] == task_id:
+            lines.insert(bad_line[1], '{"task_id": "%s", "sample_idx": 9, "rew' % task_id)
+            expected.insert(bad_line[1], (task_id, MALFORMED))
+        with open(path, "w") as handle:
+            handle.write("\n".join(lines) + "\n")
+        written[path] = expected
+    return written
 
 
 def test_areal(tmp_path):
-    tasks = {3: [1.0, 0.0, 0.5], 7: [0.0, 1.0]}
-    write_areal(tmp_path / "in", 1, tasks)
-    write_areal(tmp_path / "in", 2, {9: [1.0, 0.2, 0.3, 0.0]})
-    run_cli("run", "--format", "areal", "--input", tmp_path / "in", "--output", tmp_path / "out")
-    three = pq.read_table(tmp_path / "out" / "part-rollout__1__3.parquet").column("advantage").to_pylist()
-    nine = pq.read_table(tmp_path / "out" / "part-rollout__2__9.parquet").column("advantage").to_pylist()
-    assert three == pytest.approx(grpo(tasks[3]), abs=1e-5)
-    assert nine == pytest.approx(grpo([1.0, 0.2, 0.3, 0.0]), abs=1e-5)
+    # task ids are strings (uuid-like); uneven groups, a singleton, a missing reward, a truncated line
+    one = write_areal(tmp_path / "in", 1, {"1f0c-a": [1.0, 0.0, 0.5], "3b9e-b": [0.0, 1.0], "77aa-c": [0.25],
+                                           "9d01-d": [1.0, None, 0.0]}, bad_line=("3b9e-b", 1))
+    two = write_areal(tmp_path / "in", 2, {"c4d2-e": [1.0, 0.2, 0.3, 0.0, 0.9]})
+    run_cli("run", "--format", "areal", "--input", tmp_path / "in", "--output", tmp_path / "out", check_codes=(3,))
+    config = preset_config("areal")
+    for version in (one, two):  # a folder (one weight version) is one batch
+        expected = reference(sorted(version.items()), config)
+        for source, rows in expected.items():
+            part = "part-rollout__{}__{}.parquet".format(*source.split(os.sep)[-2:]).replace(".jsonl", "")
+            check(tmp_path / "out", part, source, rows)
+    dead = pq.read_table(tmp_path / "out" / "dead_letters.parquet").to_pylist()
+    assert sorted((os.path.basename(d["source"]), d["row"], d["reason"]) for d in dead) == [
+        ("3b9e-b.jsonl", 1, "malformed-line"), ("9d01-d.jsonl", 0, "non-numeric-reward"),
+        ("9d01-d.jsonl", 1, "non-numeric-reward"), ("9d01-d.jsonl", 2, "non-numeric-reward")]
 
 
 def write_trl(folder, step, groups, reward_name="accuracy_reward"):
