@@ -133,43 +133,76 @@ def test_areal(tmp_path):
 def write_trl(folder, step, groups, reward_name="accuracy_reward"):
     """TRL's `GRPOTrainer.log` (trl/trainer/grpo_trainer.py, huggingface/trl@f2cd5771):
     `completions/completions_{step:05d}.parquet` with step, prompt, completion, one column per reward function
-    and advantage; groups are consecutive slices of num_generations."""
-    rows = [{"step": step, "prompt": f"p{g}", "completion": "c", reward_name: r, "advantage": a}
-            for g, rewards in enumerate(groups) for r, a in zip(rewards, grpo(rewards))]
+    and advantage (TRL's own: group mean and std, eps 1e-4; NaN where a reward is missing); groups are
+    consecutive slices of num_generations. -> (source, [(None, reward)]): no group key."""
+    rows = []
+    for g, rewards in enumerate(groups):
+        given = [r for r in rewards if r is not None]
+        mean = sum(given) / len(given)
+        std = (sum((r - mean) ** 2 for r in given) / (len(given) - 1)) ** 0.5
+        for r in rewards:
+            advantage = (r - mean) / (std + 1e-4) if r is not None and len(given) == len(rewards) else float("nan")
+            rows.append({"step": step, "prompt": f"p{g}", "completion": "c", reward_name: r, "advantage": advantage})
     os.makedirs(folder, exist_ok=True)
-    pq.write_table(pa.Table.from_pylist(rows), os.path.join(folder, f"completions_{step:05d}.parquet"))
+    path = os.path.join(folder, f"completions_{step:05d}.parquet")
+    pq.write_table(pa.Table.from_pylist(rows), path)
+    return path, [(None, r) for rewards in groups for r in rewards]
 
 
 def test_trl(tmp_path):
-    groups = [[1.0, 0.0, 1.0, 0.0, 0.5, 0.5, 1.0, 0.0], [0.2] * 4 + [1.0] * 4]
-    write_trl(tmp_path / "in", 10, groups)
+    # groups are slices of num_generations (8): equal by construction; a missing reward kills its slice only
+    first = write_trl(tmp_path / "in", 10, [[1.0, 0.0, 1.0, 0.0, 0.5, 0.5, 1.0, 0.0], [0.2] * 4 + [1.0] * 4,
+                                             [0.0, 1.0, None, 1.0, 0.0, 0.0, 0.0, 1.0]])
+    second = write_trl(tmp_path / "in", 20, [[0.1, 0.9, 0.4, 0.4, 0.0, 0.3, 0.2, 0.6]])
     run_cli("run", "--format", "trl", "--column", "reward=accuracy_reward", "--input", tmp_path / "in",
-            "--output", tmp_path / "out")
-    rows = pq.read_table(tmp_path / "out" / "part-completions_00010.parquet")
-    assert rows.column("advantage").to_pylist() == pytest.approx(rows.column("advantage").to_pylist())
-    assert rows.column("advantage").to_pylist() == pytest.approx([a for g in groups for a in grpo(g)], abs=1e-5)
+            "--output", tmp_path / "out", check_codes=(3,))
+    config = preset_config("trl")
+    for source, lines in (first, second):  # a batch is a step: here one file each
+        expected = reference([(source, lines)], config, keyed=False)[source]
+        check(tmp_path / "out", f"part-{os.path.basename(source)[:-len('.parquet')]}.parquet", source, expected)
+    dead = pq.read_table(tmp_path / "out" / "dead_letters.parquet").to_pylist()
+    assert [(d["row"], d["reason"]) for d in dead] == [(i, "non-numeric-reward") for i in range(16, 24)]
 
 
-def write_nemo_rl(folder, step, groups):
+def write_nemo_rl(folder, step, groups, bad_line_at=None):
     """NeMo-RL's `grpo_train` dump through `log_batched_dict_as_jsonl` (nemo_rl/algorithms/grpo.py,
     nemo_rl/utils/logger.py, NVIDIA-NeMo/RL@7ea279ab): `train_data_step{N}.jsonl`, every value wrapped in a
-    1-element list, plus `idx`; the advantage expanded over every token position."""
+    1-element list, plus `idx`; the advantage (NeMo-RL's leave-one-out, unscaled) expanded over every token
+    position. bad_line_at: a truncated line written at that position. -> (source, [(None, reward)])."""
     lines, idx = [], 0
     for g, rewards in enumerate(groups):
-        for r in rewards:
-            others = [x for x in rewards if x is not r]
-            adv = r - sum(others) / len(others)
+        for position, r in enumerate(rewards):
+            others = [x for k, x in enumerate(rewards) if k != position]
+            adv = None if r is None or None in others else r - sum(others) / len(others)
             lines.append(json.dumps({"content": [[f"q{g}", "a"]], "rewards": [r], "input_lengths": [5],
                                      "token_ids": [[1, 2, 3, 4, 5]], "token_loss_mask": [[0, 0, 1, 1, 1]],
                                      "sample_loss_mask": [1.0], "advantages": [[adv] * 5],
                                      "generation_logprobs": [[0.0] * 5], "prev_logprobs": [[0.0] * 5], "idx": idx}))
             idx += 1
+    expected = [(None, r) for rewards in groups for r in rewards]
+    if bad_line_at is not None:
+        lines.insert(bad_line_at, '{"content": [["q", "a"]], "rewards": [0.')
+        expected.insert(bad_line_at, (None, MALFORMED))
     os.makedirs(folder, exist_ok=True)
-    with open(os.path.join(folder, f"train_data_step{step}.jsonl"), "w") as handle:
+    path = os.path.join(folder, f"train_data_step{step}.jsonl")
+    with open(path, "w") as handle:
         handle.write("\n".join(lines) + "\n")
+    return path, expected
 
 
 def test_nemo_rl(tmp_path):
+    # slices of num_generations_per_prompt (4 here); a truncated line mid-group (left out: the slices after it
+    # do not shift); a missing reward kills its slice only
+    groups = [[1.0, 0.0, 0.5, 0.5], [0.0, 1.0, 1.0, 0.25], [1.0, None, 0.0, 0.0], [0.3, 0.3, 0.3, 0.9]]
+    source, lines = write_nemo_rl(tmp_path / "in", 1, groups, bad_line_at=6)
+    run_cli("run", "--format", "nemo-rl", "--n-samples-per-prompt", "4", "--input", tmp_path / "in",
+            "--output", tmp_path / "out", check_codes=(3,))
+    expected = reference([(source, lines)], preset_config("nemo-rl", "--n-samples-per-prompt", "4"), keyed=False)
+    check(tmp_path / "out", "part-train_data_step1.parquet", source, expected[source])
+    assert sorted(i for i, (_, p) in expected[source].items() if p) == [6, 9, 10, 11, 12]
+
+
+def test_nemo_rl_stored_advantages_agree_for_pairs(tmp_path):
     groups = [[1.0, 0.0], [0.5, 0.25]]  # n = 2: NeMo-RL's LOO std is 0, so adv = r_i - r_j, unscaled
     write_nemo_rl(tmp_path / "in", 1, groups)
     run_cli("run", "--format", "nemo-rl", "--n-samples-per-prompt", "2", "--input", tmp_path / "in",
