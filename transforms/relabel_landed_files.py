@@ -64,8 +64,9 @@ class RelabelLandedFn(beam.DoFn):
         if release["late"]:
             by_tag = split_outputs(())
             for f in files:
-                message = (f"{f['path']}: its steps were already relabelled from other files (a later step had "
-                           "landed); its rows were not in their statistics. Relabel the run with `relabel run`")
+                message = (f"{f['path']}: its batch (its steps, or its folder) was already relabelled from other "
+                           "files (a later one had landed, or the producer said it was done); its rows were not in "
+                           "its statistics. Relabel the run with `relabel run`")
                 by_tag[DEAD].append(file_dead_letter(f["path"], LATE_REASON, message))
                 by_tag[FILES].append((f["path"], FileRead(f["path"], 0, LATE_REASON)))
         else:
