@@ -176,6 +176,8 @@ def watch_parser() -> Parser:
                        help="stop once N input files were handed to relabelling")
     group.add_argument("--require-marker", action="store_true",
                        help="relabel a file only once <file>.done or _SUCCESS in its folder exists")
+    group.add_argument("--step-per-file", action="store_true",
+                       help="each step is written in one file: relabel a step as soon as its file has landed")
     return parser
 
 

@@ -41,7 +41,8 @@ def run_settings(args: argparse.Namespace) -> RunSettings:
 
 def watch_settings(args: argparse.Namespace) -> WatchSettings:
     try:
-        return WatchSettings(args.poll_interval, args.stop_after_idle, args.stop_after_files, args.require_marker)
+        return WatchSettings(args.poll_interval, args.stop_after_idle, args.stop_after_files, args.require_marker,
+                             args.step_per_file)
     except ValueError as error:
         raise UsageError(str(error)) from error
 

@@ -49,6 +49,8 @@ class RelabelLandedFn(beam.DoFn):
         self._output_dir = settings.output
         self._lineage = settings.lineage()
         self._fingerprint = settings.fingerprint()
+        # the steps a record keeps (they close steps for a restarted watcher): only when batches are steps
+        self._step_column = settings.labeling.step_column() if settings.labeling.batch_from == "column" else None
 
     def setup(self):
         self._group_fn.setup()
@@ -62,8 +64,9 @@ class RelabelLandedFn(beam.DoFn):
         if release["late"]:
             by_tag = split_outputs(())
             for f in files:
-                message = (f"{f['path']}: its steps were already relabelled from other files (a later step had "
-                           "landed); its rows were not in their statistics. Relabel the run with `relabel run`")
+                message = (f"{f['path']}: its batch (its steps, or its folder) was already relabelled from other "
+                           "files (a later one had landed, or the producer said it was done); its rows were not in "
+                           "its statistics. Relabel the run with `relabel run`")
                 by_tag[DEAD].append(file_dead_letter(f["path"], LATE_REASON, message))
                 by_tag[FILES].append((f["path"], FileRead(f["path"], 0, LATE_REASON)))
         else:
@@ -86,7 +89,8 @@ class RelabelLandedFn(beam.DoFn):
             stats += by_tag[COUNTERS]
         dead = self._write_records(item, dead, watch_records.DEAD_LETTERS_DIR, DEAD)
         filtered = self._write_records(item, filtered, watch_records.FILTERED_DIR, FILTERED)
-        steps = step_range(InputFile(source, item["output"], item["size"], item["mtime"]))
+        steps = (step_range(InputFile(source, item["output"], item["size"], item["mtime"]), self._step_column)
+                 if self._step_column is not None else None)
         return {"input": item, "fingerprint": self._fingerprint, "steps": list(steps) if steps else None,
                 "group": [f["output"] for f in group], "stats": [stat_to_dict(s) for s in stats],
                 "dead": stat_to_dict(dead), "filtered": stat_to_dict(filtered)}

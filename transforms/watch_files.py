@@ -2,7 +2,7 @@
 
 Built on Beam's `Watch` (apache_beam.io.watch, a splittable DoFn that
 checkpoints between polls and dedups outputs in its restriction): the poll
-function lists the input, and pipeline/landing.py decides which files are
+function lists the input, and transforms/lib/watch_landing.py decides which files are
 complete (stable size, or a marker) and which can be relabelled now (a
 Parquet step waits until it is closed). The poll function itself decides
 when to stop (--stop-after-files, --stop-after-idle, a stop request) by
@@ -41,6 +41,9 @@ class PollLandedFiles(PollFn):
         self._stop_after_idle = watch.stop_after_idle
         self._stop_after_files = watch.stop_after_files
         self._require_marker = watch.require_marker
+        self._step_per_file = watch.step_per_file
+        self._batch_from = settings.labeling.batch_from
+        self._step_column = settings.labeling.step_column()
         self._landing = None
         self._last_poll = None
         self._last_activity = None
@@ -55,7 +58,8 @@ class PollLandedFiles(PollFn):
         self._pace()
         now = time.monotonic()
         if self._landing is None:
-            self._landing = Landing(require_marker=self._require_marker)
+            self._landing = Landing(require_marker=self._require_marker, step_per_file=self._step_per_file,
+                                    batch_from=self._batch_from)
             self._last_activity = now
         if watch_records.stop_requested(self._output_dir):
             return PollResult.complete(())
@@ -119,8 +123,12 @@ class PollLandedFiles(PollFn):
         return True
 
     def _step_range(self, seen: Seen):
+        """None (one batch, released at once) unless batches come from the step column."""
+        if self._batch_from != "column":
+            return None
         if seen.identity not in self._step_ranges:
-            self._step_ranges[seen.identity] = step_range(InputFile(seen.path, seen.output, seen.size, seen.mtime))
+            self._step_ranges[seen.identity] = step_range(InputFile(seen.path, seen.output, seen.size, seen.mtime),
+                                                          self._step_column)
         return self._step_ranges[seen.identity]
 
 

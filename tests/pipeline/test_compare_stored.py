@@ -7,12 +7,20 @@ import numpy as np
 import pytest
 
 from tests.conftest import run_cli
-from tests.pipeline.test_formats import grpo, write_nemo_rl, write_trl
+from tests.pipeline.test_formats import write_nemo_rl, write_trl
 from transforms.lib.compare_batches import AGREE_ABS, AGREE_REL, ZERO_TOL
 
 # rewards on a scale of tens: TRL's eps (1e-4) against ours (1e-6) moves an advantage by about 1e-4 / std,
 # well inside the report's relative tolerance (1e-5) once the std is in the tens
 GROUPS = [[100.0, 0.0, 100.0, 0.0, 50.0, 50.0, 100.0, 0.0], [20.0] * 4 + [100.0] * 4, [30.0] * 8]
+
+
+def grpo(rewards):
+    """Ours, by hand: group mean and sample std (ddof 1), eps 1e-6 (docs/semantics.md)."""
+    if len(rewards) == 1:
+        return [0.0]
+    m, s = statistics.mean(rewards), statistics.stdev(rewards)
+    return [(r - m) / (s + 1e-6) if s > 0 else r - m for r in rewards]
 
 
 def trl_grpo(rewards):

@@ -249,3 +249,65 @@ def test_a_group_stopped_between_its_records_is_redone_together(tmp_path):
     assert not (output / "dead_letters").exists()
     manifest = json.loads((output / "_manifest.json").read_text())
     assert manifest["watch"]["files_done"] == 2 and manifest["counts"]["rows_dead"] == 0
+
+
+def test_step_per_file_releases_each_step_as_its_file_lands(tmp_path):
+    staging, inputs, output = tmp_path / "staging", tmp_path / "in", tmp_path / "out"
+    write_parquet_run(RunSpec(steps=3, prompts_per_step=3, seed=11), staging)
+    inputs.mkdir()
+    watch = start_watch(inputs, output, "--step-per-file", "--stop-after-files", 3)
+    wait_for(output, watch)
+    for step in range(3):  # each step relabelled before the next one exists, the last one too
+        land(staging / f"step-00000{step}-part-00.parquet", inputs)
+        wait_for(output / f"part-step-00000{step}-part-00.parquet", watch)
+        assert not (inputs / f"step-00000{step + 1}-part-00.parquet").exists()
+    code, out, err = finish(watch)
+    assert code == 0, err[-3000:]
+    reference = tmp_path / "reference"
+    run_cli("run", "--input", inputs, "--output", reference)
+    assert part_files(output) == part_files(reference)
+    manifest = json.loads((output / "_manifest.json").read_text())
+    assert manifest["watch"] == {"state": "stopped", "files_done": 3, "not_done": []}
+
+
+def test_a_verl_jsonl_folder_is_watched_file_by_file(tmp_path):
+    from tests.pipeline.test_formats import write_verl
+    staging, inputs, output = tmp_path / "staging", tmp_path / "in", tmp_path / "out"
+    write_verl(staging, 1, [[1.0, 0.0, 1.0], [0.0, 1.0]])
+    write_verl(staging, 2, [[0.5, 1.0], [1.0, 1.0, 0.0]], bad_line_after=2)
+    inputs.mkdir()
+    watch = start_watch(inputs, output, "--format", "verl", "--stop-after-files", 2)
+    wait_for(output, watch)
+    land(staging / "1.jsonl", inputs)  # a file is a batch: relabelled as soon as it lands
+    wait_for(output / "part-1.parquet", watch)
+    land(staging / "2.jsonl", inputs)
+    code, out, err = finish(watch)
+    assert code == 3, err[-3000:]  # the malformed line is dead-lettered
+    reference = tmp_path / "reference"
+    run_cli("run", "--format", "verl", "--input", inputs, "--output", reference, check_codes=(3,))
+    assert sorted(part_files(output)) == ["part-1.parquet", "part-2.parquet"]
+    assert part_files(output) == part_files(reference)
+    dead = pq.read_table(output / "dead_letters" / "part-2.parquet").to_pylist()
+    assert [(d["row"], d["reason"]) for d in dead] == [(2, "malformed-line")]
+
+
+def test_areal_folders_are_released_when_closed(tmp_path):
+    from tests.pipeline.test_formats import write_areal
+    staging, inputs, output = tmp_path / "staging", tmp_path / "in", tmp_path / "out"
+    write_areal(staging, 9, {"t-a": [1.0, 0.0, 0.5], "t-b": [0.0, 1.0]})
+    write_areal(staging, 10, {"t-c": [1.0, 0.25]})
+    (inputs / "rollout").mkdir(parents=True)
+    shutil.copytree(staging / "rollout" / "9", inputs / "rollout" / "9")
+    code, out, err = finish(start_watch(inputs, output, "--format", "areal", "--stop-after-idle", 2))
+    assert code == 0, err[-3000:]
+    assert part_files(output) == {}  # version 9 may have more trajectories coming
+    shutil.copytree(staging / "rollout" / "10", inputs / "rollout" / "10")  # a later version closes 9
+    code, out, err = finish(start_watch(inputs, output, "--format", "areal", "--stop-after-idle", 2))
+    assert code == 0, err[-3000:]
+    assert sorted(part_files(output)) == ["part-rollout__9__t-a.parquet", "part-rollout__9__t-b.parquet"]
+    (inputs / "rollout" / "10" / "_SUCCESS").touch()  # the producer is done: 10 closes
+    code, out, err = finish(start_watch(inputs, output, "--format", "areal", "--stop-after-idle", 2))
+    assert code == 0, err[-3000:]
+    reference = tmp_path / "reference"
+    run_cli("run", "--format", "areal", "--input", inputs, "--output", reference)
+    assert part_files(output) == part_files(reference)

@@ -80,7 +80,7 @@ def test_a_late_file_is_dead_lettered_whole(test_pipeline, tmp_path):
     dead = pq.read_table(out_dir / "dead_letters" / "part-s0late.parquet").to_pylist()
     assert [(d["source"], d["row"], d["reason"]) for d in dead] == [
         (records["s0late"]["path"], None, "late-batch-file")]
-    assert "its steps were already relabelled from other files" in dead[0]["message"]
+    assert "its batch (its steps, or its folder) was already relabelled from other files" in dead[0]["message"]
     record = watch_record(tmp_path, "part-s0late.parquet")
     assert record["stats"] == [{"kind": "read", "source": records["s0late"]["path"], "rows_in": 0,
                                 "reason": "late-batch-file", "input": None}]

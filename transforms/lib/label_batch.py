@@ -1,6 +1,7 @@
 """One batch's slim rows through the numeric core: per-source results, dead letters, filtered rows, counters."""
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
@@ -9,7 +10,7 @@ import pyarrow.compute as pc
 
 import schemas
 from transforms.core.advantages import compute_advantages
-from transforms.core.reasons import REASONS
+from transforms.core.reasons import CODE, REASONS
 from transforms.core.types import CoreInput
 from transforms.lib.columns import fill, flag
 from transforms.lib.dead_letters import records
@@ -54,6 +55,12 @@ def label_batch(batch_key: str, parts: list[tuple[str, pa.Table]], prompt_group_
         duplicate = np.zeros(n, dtype=bool)
         duplicate[order[1:]] = keys[order[1:]] == keys[order[:-1]]
         flag(problem, details, duplicate, "duplicate-row", lambda i: f"row {rows[i]} of {source_of(i)} appears twice")
+
+    malformed = problem == CODE["malformed-line"]
+    positional = prompt_group_sizes is None and slim.column("group_index").null_count == n
+    if positional and malformed.any() and not malformed.all():
+        return _without_malformed(batch_key, parts, bounds, malformed, problem, details, rows, source_of, labeling,
+                                  device)
 
     rollout_key = dense_keys(slim)[1]
     reward = fill(slim.column("reward"), 0.0).astype(np.float64)
@@ -100,6 +107,23 @@ def label_batch(batch_key: str, parts: list[tuple[str, pa.Table]], prompt_group_
         groups=int(out.groups.sum()), rollouts=int(out.units.sum()), uniform_groups=int(out.uniform_groups.sum()),
         group_sizes=np.bincount(np.bincount(prompt_group[live])).tolist() if live.any() else [])
     return BatchResult(results, dead, filtered, counters)
+
+
+def _without_malformed(batch_key, parts, bounds, malformed, problem, details, rows, source_of, labeling, device):
+    """Groups are positional slices (no row has a group_index): a malformed line would shift every slice after
+    it, so its row is left out of the batch and dead-lettered alone; its neighbours are labelled as if it were
+    not there (as a malformed line in its own prompt group is when groups are keyed)."""
+    kept = [(source, table.filter(pa.array(~malformed[bounds[k]:bounds[k + 1]])))
+            for k, (source, table) in enumerate(parts)]
+    result = label_batch(batch_key, kept, None, labeling, device)
+    bad = np.flatnonzero(malformed)
+    messages = [f"malformed-line: {details.get(int(i), 'malformed-line')} (left out of {batch_key})" for i in bad]
+    own = records(batch_key, [source_of(i) for i in bad], rows[bad], ["malformed-line"] * len(bad), messages)
+    dead = pa.concat_tables([result.dead, own])
+    order = pc.sort_indices(dead, sort_keys=[("source", "ascending"), ("row", "ascending")])
+    counters = dataclasses.replace(result.counters, rows=result.counters.rows + len(bad),
+                                   rows_dead=result.counters.rows_dead + len(bad))
+    return BatchResult(result.results, dead.take(order), result.filtered, counters)
 
 
 def core_input_from_slim(slim: pa.Table, batch_ids: np.ndarray, prompt_group_sizes: list, problem: np.ndarray):

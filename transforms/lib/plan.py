@@ -68,9 +68,10 @@ def group_by_batch_sharing(files: list[InputFile], max_group_bytes: int = MAX_GR
     return sorted(one_pass, key=lambda g: g[0].path), sorted(shuffled, key=lambda f: f.path)
 
 
-def step_range(f: InputFile):
-    """(min, max) of the file's `step` values; None when it has no `step` (or cannot be read)."""
-    return read_footer(f).steps
+def step_range(f: InputFile, step: str = "step"):
+    """(min, max) of the file's `step` values (`step`: the step column's name); None when it has none (or
+    cannot be read)."""
+    return read_footer(f, step).steps
 
 
 def read_footer(f: InputFile, step: str = "step") -> Footer:

@@ -233,6 +233,7 @@ class WatchSettings:
     stop_after_idle: float | None = None
     stop_after_files: int | None = None
     require_marker: bool = False
+    step_per_file: bool = False  # the producer writes each step in one file: a step closes when its file lands
 
     def __post_init__(self):
         if self.poll_interval <= 0:

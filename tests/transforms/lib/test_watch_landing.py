@@ -55,3 +55,34 @@ def test_a_restarted_watcher_learns_closed_steps_from_done_files():
     landing = Landing()
     listing = [seen("s0a", marked=True), seen("s0b", marked=True)]
     assert observe(landing, listing, steps, done={"s0a"}) == [(["s0b"], True)]
+
+
+def test_step_per_file_releases_each_step_when_its_file_lands():
+    steps = {"s0": (0, 0), "s1": (1, 1), "s1b": (1, 1), "s2a": (2, 2), "s2b": (2, 2)}
+    landing = Landing(step_per_file=True)
+    assert observe(landing, [seen("s0", marked=True)], steps) == [(["s0"], False)]  # not waiting for step 1
+    assert landing.waiting() == []
+    assert observe(landing, [seen("s1")], steps) == []                          # landing: not stable yet
+    assert observe(landing, [seen("s1")], steps) == [(["s1"], False)]
+    assert observe(landing, [seen("s1b", marked=True)], steps) == [(["s1b"], True)]  # its step was closed
+    both = [seen("s2a", marked=True), seen("s2b", marked=True)]              # landed in one poll: together
+    assert observe(landing, both, steps) == [(["s2a", "s2b"], False)]
+
+
+def test_folder_batches_wait_for_success_or_a_later_folder():
+    landing = Landing(batch_from="folder")
+    v9 = [seen("run/9/a", marked=True), seen("run/9/b", marked=True)]
+    assert observe(landing, v9) == []
+    assert landing.waiting() == ["run/9/a", "run/9/b"]
+    assert observe(landing, v9 + [seen("other/99/x", marked=True)]) == []     # another parent closes nothing
+    v10 = [seen("run/10/a", marked=True)]                                    # 10 after 9 (natural order)
+    assert observe(landing, v9 + v10) == [(["run/9/a", "run/9/b"], False)]
+    assert observe(landing, [seen("run/9/c", marked=True)]) == [(["run/9/c"], True)]  # late
+    closed = [seen("run/10/a", marked=True, folder_closed=True), seen("run/10/b", marked=True, folder_closed=True)]
+    assert observe(landing, closed) == [(["run/10/a", "run/10/b"], False)]
+
+
+def test_a_restarted_folder_watcher_learns_closed_folders_from_done_files():
+    landing = Landing(batch_from="folder")
+    listing = [seen("run/1/a", marked=True), seen("run/1/b", marked=True)]
+    assert observe(landing, listing, done={"run/1/a"}) == [(["run/1/b"], True)]
