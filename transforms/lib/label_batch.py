@@ -62,9 +62,10 @@ def label_batch(batch_key: str, parts: list[tuple[str, pa.Table]], prompt_group_
         return _without_malformed(batch_key, parts, bounds, malformed, problem, details, rows, source_of, labeling,
                                   device)
 
-    rollout_key = dense_keys(slim)[1]
+    keys = dense_keys(slim)
+    rollout_key = keys[1]
     reward = fill(slim.column("reward"), 0.0).astype(np.float64)
-    inp = core_input_from_slim(slim, np.zeros(n, dtype=np.int64), [prompt_group_sizes], problem)
+    inp = core_input_from_slim(slim, np.zeros(n, dtype=np.int64), [prompt_group_sizes], problem, keys)
     out = compute_advantages(inp.to(device), config, drop_uniform_groups).to("cpu")
 
     dead_code = out.problem
@@ -126,9 +127,12 @@ def _without_malformed(batch_key, parts, bounds, malformed, problem, details, ro
     return BatchResult(result.results, dead.take(order), result.filtered, counters)
 
 
-def core_input_from_slim(slim: pa.Table, batch_ids: np.ndarray, prompt_group_sizes: list, problem: np.ndarray):
-    """The core's flat arrays (numpy, on the CPU) from slim rows sorted by (batch, row order)."""
-    group_index, rollout_key = dense_keys(slim)
+def core_input_from_slim(slim: pa.Table, batch_ids: np.ndarray, prompt_group_sizes: list, problem: np.ndarray,
+                         keys: tuple[pa.Array, pa.Array] | None = None):
+    """The core's flat arrays (numpy, on the CPU) from slim rows sorted by (batch, row order).
+
+    keys: dense_keys(slim), when the caller has them already."""
+    group_index, rollout_key = keys if keys is not None else dense_keys(slim)
     trainable = np.ascontiguousarray(fill(slim.column("trainable"), 0), dtype=np.int64)
     reward_parts = baseline = None
     if "reward_parts" in slim.column_names:
