@@ -24,7 +24,7 @@ class WriteTrainingRowsFn(beam.DoFn):
         self._lineage = settings.lineage()
 
     def process(self, element):
-        source, joined = element
+        _, joined = element  # keyed by source for the join; the record names it
         read = [f for f in joined["file"] if f.input is not None]  # unreadable: dead-lettered whole
         if not read:
             return
