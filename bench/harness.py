@@ -65,22 +65,23 @@ class Measurement:
     peak_rss_mb: float
     exit_code: int
     log: str
+    started_at: float  # time.time() just before the process was started
 
 
-def measure(command: list[str], log_path: str) -> Measurement:
+def measure(command: list[str], log_path: str, env: dict | None = None) -> Measurement:
     """Run `command` (cwd = repository root), return wall time, CPU time, peak RSS and exit code.
 
     Through the small launcher process when `python -m bench` started one (see bench/launcher.py: a
     child forked from this big process would report this process's RSS as its own), else directly.
     """
-    env = dict(os.environ)
+    env = dict(os.environ, **(env or {}))
     env["PYTHONPATH"] = ROOT + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     runner = launcher.get()
     if runner is not None:
         r = runner.run(command, ROOT, env, log_path)
     else:
         r = launcher.run_and_measure(command, ROOT, env, log_path)
-    return Measurement(r["wall_s"], r["cpu_s"], r["peak_rss_mb"], r["exit_code"], log_path)
+    return Measurement(r["wall_s"], r["cpu_s"], r["peak_rss_mb"], r["exit_code"], log_path, r["started_at"])
 
 
 def log_tail(path: str, lines: int = 25) -> str:

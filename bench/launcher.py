@@ -20,6 +20,7 @@ import time
 def run_and_measure(command, cwd, env, log_path) -> dict:
     os.makedirs(os.path.dirname(log_path) or ".", exist_ok=True)
     with open(log_path, "wb") as log:
+        started_at = time.time()  # wall clock, for a probe in the child to compare with (bench/first_group.py)
         start = time.perf_counter()
         proc = subprocess.Popen(command, cwd=cwd, env=env, stdout=log, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL)
@@ -27,7 +28,7 @@ def run_and_measure(command, cwd, env, log_path) -> dict:
         wall = time.perf_counter() - start
     proc.returncode = os.waitstatus_to_exitcode(status)  # reaped by wait4: tell Popen
     return {"wall_s": wall, "cpu_s": usage.ru_utime + usage.ru_stime, "peak_rss_mb": usage.ru_maxrss / 1024.0,
-            "exit_code": proc.returncode}
+            "exit_code": proc.returncode, "started_at": started_at}
 
 
 class Launcher:

@@ -43,6 +43,13 @@ def local_thread_count(most: int, group_bytes: list[int], available: int | None,
     return max(1, threads)
 
 
+def parallel_decode(threads: int) -> bool:
+    """Whether pyarrow should decode each file on its own thread pool besides `threads` worker threads:
+    only where those leave cores idle. With a worker on every core the two pools only take turns, and
+    runs were slower (bench/README.md)."""
+    return threads < cores()
+
+
 def available_memory(cgroup: str = "/sys/fs/cgroup") -> int:
     """Bytes this process may still use: the machine's available memory, or less under a cgroup v2 limit."""
     import psutil

@@ -47,16 +47,17 @@ def parse(command: str, argv: list[str]) -> Parsed:
     parser = PARSERS[command]()
     if _mentions_dask(argv):
         register_dask_options()
-    args, rest = parser.parse_known_args(expand_format(expand_config(list(argv), parser, beam_option_names()), command))
+    args, rest = parser.parse_known_args(expand_format(expand_config(list(argv), parser, beam_option_names), command))
     _refuse_unknown(command, rest)
     options = PipelineOptions(rest)
     standard = options.view_as(StandardOptions)
     standard.runner = runner_path(standard.runner or DEFAULT_RUNNER)
     _check_dask(options, rest)
-    if "pipeline_type_check" not in options.get_all_options(drop_default=True):
+    parsed = Parsed(command, args, options, tuple(rest))
+    if not parsed.given("pipeline_type_check", "no_pipeline_type_check"):
         # our DoFns carry no type hints: Beam's inference only costs start-up time
         options.view_as(TypeOptions).pipeline_type_check = False
-    return Parsed(command, args, options, tuple(rest))
+    return parsed
 
 
 def runner_path(runner) -> str:
@@ -115,6 +116,8 @@ def beam_option_names() -> set[str]:
 
 
 def _refuse_unknown(command: str, rest: list[str]) -> None:
+    if not rest:  # nothing left for Beam: nothing to check (and Beam's option list is not built)
+        return
     given = PipelineOptions(rest).get_all_options(retain_unknown_options=True)
     unknown = set(given) - beam_option_names()
     tokens = [t for t in rest if t.startswith("-") and t.lstrip("-").split("=", 1)[0].replace("-", "_") in unknown]

@@ -7,9 +7,15 @@ import apache_beam as beam
 from apache_beam.pipeline import PipelineVisitor
 
 from pipeline import progress, worker_output
-from pipeline.beam_internals import resource_hint_names
+from pipeline.beam_internals import resource_hint_names, sample_states_often
 from pipeline.graph import build
-from pipeline.local_threads import available_memory, claim_local_threads, local_thread_count, use_local_threads
+from pipeline.local_threads import (
+    available_memory,
+    claim_local_threads,
+    local_thread_count,
+    parallel_decode,
+    use_local_threads,
+)
 from pipeline.parse import Parsed, parse
 from pipeline.runner_checks import RunnerCheck, check_runner
 from pipeline.settings import run_settings
@@ -111,13 +117,15 @@ def _relabel(parsed: Parsed, settings: RunSettings, files, runner_check: RunnerC
     one_pass, shared = groups = group_by_batch_sharing(files, footers=footers, batch_from=labeling.batch_from)
     if settings.local_threads:
         group_bytes = [sum(footers[f.path].decoded_bytes for f in group) for group in one_pass]
-        use_local_threads(options, local_thread_count(settings.local_threads, group_bytes, available_memory(),
-                                                      shuffled=bool(shared)))
+        threads = local_thread_count(settings.local_threads, group_bytes, available_memory(), shuffled=bool(shared))
+        use_local_threads(options, threads)
+        settings = replace(settings, parallel_decode=parallel_decode(threads))
     if settings.dry_run:
         return RunOutcome(ExitCode.OK, output, None, [plan(parsed, settings, files, runner_check, groups)])
 
     pipeline = test_pipeline if test_pipeline is not None else beam.Pipeline(options=options)
     build(pipeline, settings, files, groups)
+    sample_states_often()  # in-process bundles end without waiting out Beam's sampling period
     try:
         with progress.showing(progress.part_files(output, [f.output for f in files]), len(files), "relabel run",
                               settings.progress), worker_output.logged():

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from collections.abc import Callable
 
 import yaml
 
@@ -86,8 +87,11 @@ def _beam_flags(name: str, value) -> list[str]:
     return [f"--{name}={value}"]
 
 
-def expand_config(argv: list[str], parser, beam: set[str]) -> list[str]:
-    """argv with each `--config FILE` replaced by the file's flags, placed first (the command line wins)."""
+def expand_config(argv: list[str], parser, beam: Callable[[], set[str]]) -> list[str]:
+    """argv with each `--config FILE` replaced by the file's flags, placed first (the command line wins).
+
+    `beam()`: the names of the pipeline options Beam knows, asked only when there is a config (listing
+    them builds Beam's whole option parser: start-up time every run would pay)."""
     rest, configs, i = [], [], 0
     while i < len(argv):
         if argv[i] == "--config":
@@ -101,4 +105,7 @@ def expand_config(argv: list[str], parser, beam: set[str]) -> list[str]:
         else:
             rest.append(argv[i])
         i += 1
-    return [flag for path in configs for flag in config_argv(path, parser, beam)] + rest
+    if not configs:
+        return rest
+    known = beam()
+    return [flag for path in configs for flag in config_argv(path, parser, known)] + rest

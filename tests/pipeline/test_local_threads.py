@@ -61,3 +61,27 @@ def test_a_dry_run_names_the_threads_chosen(tmp_path, monkeypatch):
     sorted((tmp_path / "in").rglob("*.parquet"))[0].rename(one / "only.parquet")
     single = run_cli("run", "--dry-run", "--input", one, "--output", tmp_path / "out1").stdout
     assert "multi_threading" not in single  # one group: the in-memory runner, no worker threads to start
+
+
+def test_pyarrow_decodes_in_parallel_only_where_workers_leave_cores_idle(monkeypatch):
+    import pipeline.local_threads as local_threads
+
+    monkeypatch.setattr(local_threads, "cores", lambda: 2)
+    assert local_threads.parallel_decode(1) is True
+    assert local_threads.parallel_decode(2) is False
+    assert local_threads.parallel_decode(4) is False
+
+
+@pytest.mark.parametrize("machine_cores, expected", [(2, False), (8, True)])
+def test_a_run_hands_its_decoding_choice_to_the_stages(tmp_path, monkeypatch, machine_cores, expected):
+    import pipeline.local_threads as local_threads
+    import pipeline.run as run
+
+    write_parquet_run(RunSpec(steps=2, prompts_per_step=2, files_per_step=1, seed=3), tmp_path / "in")
+    monkeypatch.setattr(run, "available_memory", lambda: 100 * GB)
+    monkeypatch.setattr(local_threads, "cores", lambda: machine_cores)  # 2 file groups: 2 threads either way
+    seen = []
+    build = run.build
+    monkeypatch.setattr(run, "build", lambda p, settings, *rest: (seen.append(settings), build(p, settings, *rest))[1])
+    run_cli("run", "--input", tmp_path / "in", "--output", tmp_path / "out")
+    assert [s.parallel_decode for s in seen] == [expected]

@@ -9,10 +9,16 @@ from __future__ import annotations
 
 from apache_beam.io.filesystem import BeamIOError, CompressionTypes
 from apache_beam.io.filesystems import FileSystems
+from apache_beam.io.localfilesystem import LocalFileSystem
 
 
 def join(directory: str, *names: str) -> str:
     return FileSystems.join(directory, *names)
+
+
+def is_local(path: str) -> bool:
+    """Whether the path is on this machine's own filesystem (no round trip to a store per access)."""
+    return isinstance(FileSystems.get_filesystem(path), LocalFileSystem)
 
 
 def exists(path: str) -> bool:

@@ -38,12 +38,13 @@ def file_format(path: str) -> str:
     raise BadFile("unreadable-file", f"{path}: unknown file type (expected .pt, .parquet, .jsonl or .jsonl.gz)")
 
 
-def read_input(record: dict, columns=None, max_bytes: int = DEFAULT_MAX_FILE_BYTES) -> tuple[pa.Table, dict]:
+def read_input(record: dict, columns=None, max_bytes: int = DEFAULT_MAX_FILE_BYTES,
+               use_threads: bool = True) -> tuple[pa.Table, dict]:
     """An input as the plan listed it ({path, size, mtime, problem?}), read with read_table.
 
     Refused (BadFile) before any byte is read when its name cannot travel, it is not a regular file
     (a FIFO would hang the run, /dev/zero would fill memory) or it is over max_bytes; InputChanged
-    when its size or mtime is no longer what the plan saw.
+    when its size or mtime is no longer what the plan saw. `use_threads`: as read_table's.
     """
     path = record["path"]
     if record.get("problem"):
@@ -52,7 +53,7 @@ def read_input(record: dict, columns=None, max_bytes: int = DEFAULT_MAX_FILE_BYT
     if record["size"] > max_bytes:
         raise BadFile("file-too-large", f"{path}: {record['size']} bytes is over the {max_bytes}-byte limit "
                                         "(--max-file-bytes)")
-    table, metadata = read_table(path, columns)
+    table, metadata = read_table(path, columns, use_threads)
     _check_unchanged(record)
     return table, metadata
 
@@ -81,8 +82,10 @@ def _check_unchanged(record: dict) -> None:
                            "is now")
 
 
-def read_table(path: str, columns=None) -> tuple[pa.Table, dict]:
+def read_table(path: str, columns=None, use_threads: bool = True) -> tuple[pa.Table, dict]:
     """The file's rows as a table (only `columns` when given, those present) and its batch metadata.
+
+    `use_threads`: Parquet columns are decoded on pyarrow's thread pool (off: on the calling thread).
 
     metadata: {"step": int | None, "prompt_group_sizes": list[int] | None}
     """
@@ -93,7 +96,7 @@ def read_table(path: str, columns=None) -> tuple[pa.Table, dict]:
         return _read_pt(path, raw, columns)
     if file_format(path) == "jsonl":
         return read_jsonl(path, _read_bytes(path), columns), {"step": None, "prompt_group_sizes": None}
-    return _read_parquet(path, columns), {"step": None, "prompt_group_sizes": None}
+    return _read_parquet(path, columns, use_threads), {"step": None, "prompt_group_sizes": None}
 
 
 def _read_bytes(path: str) -> bytes:
@@ -104,7 +107,7 @@ def _read_bytes(path: str) -> bytes:
         raise BadFile("unreadable-file", f"{path}: cannot be read: {error}") from error
 
 
-def _read_parquet(path, columns):
+def _read_parquet(path, columns, use_threads=True):
     """Streams through the FileSystems handle: the encoded file is never held in memory whole."""
     try:
         handle = filesystem.open_read(path)
@@ -125,7 +128,7 @@ def _read_parquet(path, columns):
             raise BadFile("duplicate-column", f"{path}: column name(s) {', '.join(map(repr, twice))} appear more "
                                               "than once")
         try:
-            return parquet.read(columns=wanted)
+            return parquet.read(columns=wanted, use_threads=use_threads)
         except Exception as error:  # noqa: BLE001
             raise BadFile("unreadable-file", f"{path}: not a readable Parquet file: {error}") from error
 

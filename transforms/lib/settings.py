@@ -159,6 +159,9 @@ class RunSettings:
     version: str = field(default_factory=project_version)
     # the local runner's worker threads when ours to choose (the most to use), else None
     local_threads: int | None = None
+    # pyarrow decodes each Parquet file on its own thread pool; off where the local runner already
+    # keeps every core busy with its worker threads (the two pools would only take turns)
+    parallel_decode: bool = True
 
     def __post_init__(self):
         if self.max_dead_fraction is not None and not 0 <= self.max_dead_fraction <= 1:

@@ -4,6 +4,7 @@ import os
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from pipeline.generate import RunSpec, write_parquet_run
 from tests.conftest import FIXTURES
 from transforms.lib.inputs import expand_inputs
 from transforms.lib.plan import group_by_batch_sharing, read_footers
@@ -48,3 +49,22 @@ def test_footers_estimate_the_arrow_sizes_not_the_encoded_ones(tmp_path):
     assert b.decoded_bytes == 10 * 8 + 10 * 8  # reward and step: 8 bytes a value
     assert (a.steps, b.steps) == ((0, 0), (1, 1))
     assert c.decoded_bytes == 1234 and c.steps is None  # a dump: its file size, its own batch
+
+
+def test_footers_read_alike_from_local_files_and_from_a_store(tmp_path):
+    from tests import memfs
+    from transforms.lib import filesystem
+
+    write_parquet_run(RunSpec(steps=3, prompts_per_step=2, files_per_step=2, seed=4), tmp_path / "in")
+    local = expand_inputs([str(tmp_path / "in")], str(tmp_path / "out"))
+    memfs.clear()
+    try:
+        for f in local:
+            memfs.put("mem://b/" + os.path.relpath(f.path, tmp_path), open(f.path, "rb").read())
+        remote = expand_inputs(["mem://b/in"], "mem://b/out")
+        assert filesystem.is_local(local[0].path) and not filesystem.is_local(remote[0].path)
+        by_name = {os.path.basename(p): footer for p, footer in read_footers(remote).items()}  # in parallel
+        assert {os.path.basename(p): footer for p, footer in read_footers(local).items()} == by_name
+        assert sorted({footer.steps for footer in by_name.values()}) == [(0, 0), (1, 1), (2, 2)]
+    finally:
+        memfs.clear()
