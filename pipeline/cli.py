@@ -6,6 +6,7 @@ transforms/lib/errors.py; a usage error is one line on stderr.
 from __future__ import annotations
 
 import argparse
+import gc
 import logging
 import os
 import re
@@ -28,9 +29,15 @@ COMMANDS = {
 
 
 def entry() -> None:
-    """The console command: main(), then a quick exit (pipeline/beam_internals.py says why)."""
+    """The console command: main(), then a quick exit (pipeline/beam_internals.py says why).
+
+    The cyclic garbage collector is off while the command's modules are imported (settle_heap turns it
+    back on): importing Beam allocates objects that live as long as the process and frees almost
+    nothing, yet each full collection walks them all, twice before a run's first file group.
+    """
     from pipeline.beam_internals import quick_exit
 
+    gc.disable()
     code = main()
     sys.stdout.flush()
     sys.stderr.flush()
@@ -81,12 +88,15 @@ def pipeline_command(command: str, argv: list[str]) -> int:
     try:
         if command == "run":
             from pipeline.run import run
+            settle_heap()
             outcome = run(argv)
         elif command == "watch":
             from pipeline.watch import run_watch
+            settle_heap()
             outcome = run_watch(argv)
         else:
             from pipeline.compare import compare
+            settle_heap()
             outcome = compare(argv)
     except UsageError as error:
         print(f"relabel: error: {error}", file=sys.stderr)
@@ -105,6 +115,14 @@ def pipeline_command(command: str, argv: list[str]) -> int:
         return ExitCode.INTERNAL
     print(outcome.summary())
     return outcome.exit_code
+
+
+def settle_heap() -> None:
+    """Once the modules are imported: what they allocated is kept out of every later collection
+    (gc.freeze), and the collector is on again if entry() had turned it off."""
+    if not gc.isenabled():
+        gc.freeze()
+        gc.enable()
 
 
 def _quiet(args) -> None:

@@ -57,3 +57,20 @@ def test_a_config_boolean_must_be_a_yaml_boolean(tmp_path):
     proc = run_cli("run", "--config", config, "--input", tmp_path / "in", "--output", tmp_path / "o",
                    check_codes=(2,))
     assert "drop_uniform_groups takes true or false, got 'false'" in proc.stderr
+
+
+def test_the_collector_is_off_only_while_the_command_imports(monkeypatch):
+    import gc
+
+    from pipeline.cli import settle_heap
+
+    frozen = gc.get_freeze_count()
+    settle_heap()  # called by main() alone (tests, the Python API): the collector was never turned off
+    assert gc.isenabled() and gc.get_freeze_count() == frozen
+    gc.disable()  # as the console command's entry() does
+    try:
+        settle_heap()
+        assert gc.isenabled() and gc.get_freeze_count() > frozen
+    finally:
+        gc.enable()
+        gc.unfreeze()
