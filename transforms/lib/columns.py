@@ -112,7 +112,9 @@ def flag(problem, details, where, reason, describe):
 
 
 def fill(array, value) -> np.ndarray:
-    return np.asarray(pc.fill_null(array, value).to_numpy(zero_copy_only=False))
+    if array.null_count:
+        array = pc.fill_null(array, value)
+    return np.asarray(array.to_numpy(zero_copy_only=False))
 
 
 def int_column(table, name):

@@ -118,9 +118,13 @@ def extract_slim(table: pa.Table, source: str, reward: RewardFields | str | None
     stored = None
     if fields.stored_advantage is not None:
         stored = stored_advantage_values(table, fields.stored_advantage)
-    detail = [None] * n
-    for i, text in details.items():
-        detail[i] = text
+    if details:
+        detail = [None] * n
+        for i, text in details.items():
+            detail[i] = text
+        detail = pa.array(detail, pa.string())
+    else:
+        detail = pa.nulls(n, pa.string())
     columns = {
         "row": pa.array(np.arange(n, dtype=np.int64)),
         "reward": pa.array(np.where(problem == 0, reward, 0.0)),
@@ -128,7 +132,7 @@ def extract_slim(table: pa.Table, source: str, reward: RewardFields | str | None
         "group_index": group_index,
         "rollout_key": rollout_key,
         "problem": pa.array(problem),
-        "detail": pa.array(detail, pa.string()),
+        "detail": detail,
     }
     if parts is not None:
         width = parts.shape[1]
@@ -155,11 +159,11 @@ def extract_slim(table: pa.Table, source: str, reward: RewardFields | str | None
     if steps.null_count:
         raise BadFile("missing-column", f"{source}: `step` is null on {steps.null_count} rows "
                                             f"(first: row {first_null(steps)}); every row needs its batch")
-    out = []
     step_values = steps.to_numpy()
-    for step in np.unique(step_values):
-        out.append((batch_key_of(source, int(step)), slim.filter(pa.array(step_values == step))))
-    return out
+    unique = np.unique(step_values)
+    if len(unique) == 1:  # the usual file: one step, no rows to split off
+        return [(batch_key_of(source, int(unique[0])), slim)]
+    return [(batch_key_of(source, int(step)), slim.filter(pa.array(step_values == step))) for step in unique]
 
 def mapped_columns(table: pa.Table, columns, problem=None, details=None) -> pa.Table:
     """The table as the interpreted columns see it under --column NAME=SOURCE: NAME holds SOURCE's values

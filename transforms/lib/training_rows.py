@@ -15,7 +15,9 @@ def training_rows(table: pa.Table, result: pa.Table, columns=None) -> pa.Table:
 
     Rows read from a .pt dump keep the dump's record (dump_record.py), noting which rows remain.
     """
-    result = result.sort_by("row")
+    rows = np.asarray(result.column("row"))
+    if np.any(rows[1:] < rows[:-1]):  # a batch over several files lists them in batch order
+        result = result.sort_by("row")
     take = result.column("row")
     record = dump_record.read(table.schema.metadata)
     if take.length() != table.num_rows:
