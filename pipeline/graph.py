@@ -3,19 +3,17 @@ from __future__ import annotations
 
 import apache_beam as beam
 
+from transforms.commit_run import CommitRun
 from transforms.gather_batches import GatherBatches
 from transforms.group_advantages import GroupAdvantages
 from transforms.join_and_write import JoinAndWrite
 from transforms.lib.inputs import InputFile
-from transforms.lib.output_dir import DEAD_LETTERS_NAME, FILTERED_NAME
 from transforms.lib.part_files import batch_inputs
 from transforms.lib.plan import group_by_batch_sharing
-from transforms.lib.records import COUNTERS, DEAD, FILES, FILTERED, RESULTS, SLIM, STATS
+from transforms.lib.records import COUNTERS, DEAD, FILES, FILTERED, RESULTS, SLIM, STATS, RowRecords
 from transforms.lib.settings import RunSettings
 from transforms.read_rollouts import ReadRollouts
 from transforms.relabel_file_groups import RelabelFileGroups
-from transforms.write_manifest import WriteManifest
-from transforms.write_records import WriteRecords
 
 
 def build(p: beam.Pipeline, settings: RunSettings, files: list[InputFile], groups=None):
@@ -38,21 +36,18 @@ def build(p: beam.Pipeline, settings: RunSettings, files: list[InputFile], group
         for tag, collection in _shuffle_path(p, settings, shared).items():
             outputs[tag].append(collection)
 
-    dead = (outputs[DEAD]
-            | "FlattenDeadLetters" >> beam.Flatten()
-            | "WriteDeadLetters" >> WriteRecords(settings, DEAD_LETTERS_NAME, DEAD))
-    records = [dead]
-    if settings.labeling.drop_uniform_groups:
-        records.append(outputs[FILTERED]
-                       | "FlattenFiltered" >> beam.Flatten()
-                       | "WriteFiltered" >> WriteRecords(settings, FILTERED_NAME, FILTERED))
-    stats = (
+    kinds = [DEAD, FILTERED] if settings.labeling.drop_uniform_groups else [DEAD]
+    records = [outputs[kind]
+               | f"Flatten{kind.title()}Records" >> beam.Flatten()
+               | f"Mark{kind.title()}Records" >> beam.Map(RowRecords, kind) for kind in kinds]
+    items = (
         *outputs[STATS],
         *records,
         outputs[FILES] | "FlattenFileRecords" >> beam.Flatten() | "ReadStats" >> beam.Map(_file_read),
         outputs[COUNTERS] | "FlattenBatchCounters" >> beam.Flatten(),
     ) | "FlattenStats" >> beam.Flatten()
-    return stats | "WriteManifest" >> WriteManifest(settings, [f.record() for f in files])
+    # the record files and the manifest in one stage after the last group (each stage costs a bundle)
+    return items | "CommitRun" >> CommitRun(settings, [f.record() for f in files])
 
 
 def _file_read(element):

@@ -3,8 +3,6 @@ from __future__ import annotations
 
 import apache_beam as beam
 
-from transforms.lib.dead_letters import sorted_records
-
 
 class CollectFn(beam.CombineFn):
     """Accumulates inputs in a list; subclasses turn the list into the output."""
@@ -21,10 +19,3 @@ class CollectFn(beam.CombineFn):
 
     def extract_output(self, items):
         return items
-
-
-class ConcatTablesFn(CollectFn):
-    """Record tables -> one table, sorted (runners deliver in any order)."""
-
-    def extract_output(self, tables):
-        return sorted_records(tables)

@@ -17,16 +17,14 @@ import apache_beam as beam
 import pyarrow as pa
 from apache_beam import pvalue
 
-from transforms.combiners import ConcatTablesFn
 from transforms.lib import filesystem, watch_records
-from transforms.lib.dead_letters import file_dead_letter, split_by_source
+from transforms.lib.dead_letters import file_dead_letter, sorted_records, split_by_source, write_records
 from transforms.lib.inputs import InputFile
 from transforms.lib.plan import step_range
 from transforms.lib.records import COUNTERS, DEAD, FILES, FILTERED, STATS, FileRead, FileWritten, stat_to_dict
 from transforms.lib.settings import RunSettings
 from transforms.metrics import counter
 from transforms.relabel_file_groups import RelabelFileGroupFn
-from transforms.write_records import WriteRecordsFn
 
 LATE_REASON = "late-batch-file"
 
@@ -97,9 +95,9 @@ class RelabelLandedFn(beam.DoFn):
 
     def _write_records(self, item, mine, directory, kind):
         """This input's records (a table, or None), sorted as `relabel run` sorts them, in directory/<part name>."""
-        table = ConcatTablesFn().extract_output([mine] if mine is not None else [])
+        table = sorted_records([mine] if mine is not None else [])
         target = filesystem.join(self._output_dir, directory)
-        summary = next(iter(WriteRecordsFn(target, item["output"], kind, self._lineage).process(table)))
+        summary = write_records(table, target, item["output"], kind, self._lineage)
         if not table.num_rows:  # the input changed since it was last relabelled
             filesystem.delete_existing([filesystem.join(target, item["output"])])
         return summary

@@ -43,8 +43,7 @@ def test_every_config_dry_runs(remote_inputs, config, runner, fill_in):
     lines = out.splitlines()
     assert lines[0].startswith(f"dry run: runner {runner}, 4 input files, output mem://bucket/out")
     stages = lines[lines.index("stages:") + 1:lines.index("nothing was submitted")]
-    assert [s.split()[0] for s in stages] == ["ListFileGroups", "RelabelFileGroups", "WriteDeadLetters",
-                                              "WriteManifest"]
+    assert [s.split()[0] for s in stages] == ["ListFileGroups", "RelabelFileGroups", "CommitRun"]
     fill = [line for line in lines if line.startswith("fill in before submitting: ")]
     if fill_in:
         assert all(f in fill[0] for f in fill_in), fill
@@ -56,7 +55,7 @@ def test_every_config_dry_runs(remote_inputs, config, runner, fill_in):
 def test_dataflow_plan_puts_the_gpu_on_the_core_stage_only(remote_inputs):
     lines = dry_run("dataflow.yaml", remote_inputs).stdout.splitlines()
     assert f"  RelabelFileGroups  [accelerator={GPU}]" in lines
-    assert "  WriteManifest" in lines and "  ListFileGroups" in lines  # no hint elsewhere
+    assert "  CommitRun" in lines and "  ListFileGroups" in lines  # no hint elsewhere
     options = next(line for line in lines if line.startswith("runner options: "))
     assert f"dataflow_service_options=['worker_accelerator={GPU}']" in options
     assert "machine_type=g2-standard-8" in options

@@ -1,6 +1,6 @@
 """The run manifest: what was read, written, dead-lettered and filtered, and how it was made.
 
-Pure functions; transforms/write_manifest.py writes it, last.
+Pure functions; transforms/commit_run.py writes it, last.
 """
 from __future__ import annotations
 

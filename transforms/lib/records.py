@@ -72,6 +72,14 @@ class RecordsWritten:
 Stat = FileRead | FileWritten | BatchCounts | RecordsWritten
 
 
+@dataclass(frozen=True)
+class RowRecords:
+    """Dead-letter (kind DEAD) or filtered (kind FILTERED) records of some rows, on their way to CommitRun,
+    which writes each kind's records into one file before the manifest."""
+    table: object  # a schemas.DEAD_LETTERS table (pyarrow stays out of this module)
+    kind: str
+
+
 def stat_to_dict(stat: Stat) -> dict:
     """A JSON-ready dict (relabel watch keeps stats in its per-input records)."""
     return asdict(stat)
