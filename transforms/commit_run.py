@@ -11,9 +11,10 @@ import apache_beam as beam
 from transforms.combiners import CollectFn
 from transforms.lib import manifest as manifest_lib
 from transforms.lib import output_files
-from transforms.lib.dead_letters import sorted_records, write_records
+from transforms.lib.dead_letters import sorted_records
 from transforms.lib.errors import RunStopped
 from transforms.lib.output_dir import DEAD_LETTERS_NAME, FILTERED_NAME, part_bytes, stop_run
+from transforms.lib.output_files import write_records
 from transforms.lib.records import DEAD, FILTERED, RowRecords
 from transforms.lib.settings import RunSettings
 

@@ -18,8 +18,9 @@ import pyarrow as pa
 from apache_beam import pvalue
 
 from transforms.lib import filesystem, watch_records
-from transforms.lib.dead_letters import file_dead_letter, sorted_records, split_by_source, write_records
+from transforms.lib.dead_letters import file_dead_letter, sorted_records, split_by_source
 from transforms.lib.inputs import InputFile
+from transforms.lib.output_files import write_records
 from transforms.lib.plan import step_range
 from transforms.lib.records import COUNTERS, DEAD, FILES, FILTERED, STATS, FileRead, FileWritten, stat_to_dict
 from transforms.lib.settings import RunSettings

@@ -7,7 +7,6 @@ import numpy as np
 import pyarrow as pa
 
 import schemas
-from transforms.lib import output_files
 from transforms.lib.records import RecordsWritten
 
 
@@ -61,10 +60,3 @@ def summarize(table: pa.Table, kind: str, name: str) -> RecordsWritten:
     whole_files = int(table.column("row").null_count)
     return RecordsWritten(kind, table.num_rows, table.num_rows - whole_files, whole_files, by_reason, by_source,
                           name if table.num_rows else None)
-
-
-def write_records(table: pa.Table, directory: str, name: str, kind: str, lineage: dict) -> RecordsWritten:
-    """directory/name holds the records (written only when there is one), and the manifest's account of them."""
-    if table.num_rows:
-        output_files.write_parquet_atomically(table, directory, name, lineage=lineage)
-    return summarize(table, kind, name)

@@ -8,7 +8,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from transforms.lib import filesystem
+from transforms.lib.dead_letters import summarize
 from transforms.lib.faults import crash_point
+from transforms.lib.records import RecordsWritten
 
 TEMP_PREFIX = ".tmp-"
 OLD_PREFIX = ".old-"
@@ -25,6 +27,14 @@ def write_parquet_atomically(table: pa.Table, directory: str, name: str, lineage
         table = table.replace_schema_metadata(metadata)
     _write_atomically(directory, name, lambda handle: pq.write_table(
         table, handle, **parquet_write_options(table.schema)))
+
+
+def write_records(table: pa.Table, directory: str, name: str, kind: str, lineage: dict) -> RecordsWritten:
+    """Dead-letter or filtered records into directory/name (only when there is one), and the manifest's
+    account of them."""
+    if table.num_rows:
+        write_parquet_atomically(table, directory, name, lineage=lineage)
+    return summarize(table, kind, name)
 
 
 def parquet_write_options(schema: pa.Schema) -> dict:
