@@ -46,7 +46,7 @@ def local_thread_count(most: int, group_bytes: list[int], available: int | None,
 def parallel_decode(threads: int) -> bool:
     """Whether pyarrow should decode each file on its own thread pool besides `threads` worker threads:
     only where those leave cores idle. With a worker on every core the two pools only take turns, and
-    runs were slower (bench/README.md)."""
+    runs were slower (docs/performance.md)."""
     return threads < cores()
 
 
