@@ -76,6 +76,7 @@ def pipeline_command(command: str, argv: list[str]) -> int:
 
     Each command imports its module when called: `relabel schema` and the help never import Beam's runners.
     """
+    from pipeline.beam_internals import sample_states_often
     from pipeline.options import PARSERS
     from pipeline.parse import print_beam_help
 
@@ -87,17 +88,14 @@ def pipeline_command(command: str, argv: list[str]) -> int:
         return ExitCode.OK
     try:
         if command == "run":
-            from pipeline.run import run
-            settle_heap()
-            outcome = run(argv)
+            from pipeline.run import run as run_command
         elif command == "watch":
-            from pipeline.watch import run_watch
-            settle_heap()
-            outcome = run_watch(argv)
+            from pipeline.watch import run_watch as run_command
         else:
-            from pipeline.compare import compare
-            settle_heap()
-            outcome = compare(argv)
+            from pipeline.compare import compare as run_command
+        settle_heap()
+        sample_states_often()  # this process's bundles end without waiting out Beam's sampling period
+        outcome = run_command(argv)
     except UsageError as error:
         print(f"relabel: error: {error}", file=sys.stderr)
         return ExitCode.USAGE

@@ -10,7 +10,6 @@ from dataclasses import dataclass
 import apache_beam as beam
 
 from pipeline import progress, worker_output
-from pipeline.beam_internals import sample_states_often
 from pipeline.local_threads import claim_local_threads
 from pipeline.parse import Parsed, parse
 from pipeline.runner_checks import check_runner
@@ -91,7 +90,6 @@ def compare(argv: list[str], test_pipeline: beam.Pipeline | None = None) -> Comp
         filesystem.delete_existing([progress_dir, filesystem.join(report_dir, REPORT_JSON)])
         pipeline = test_pipeline if test_pipeline is not None else beam.Pipeline(options=parsed.options)
         build(pipeline, settings, files, progress_dir)
-        sample_states_often()  # in-process bundles end without waiting out Beam's sampling period
         with progress.showing(progress.committed_records(progress_dir), len(files), "relabel compare",
                               settings.progress), worker_output.logged():
             pipeline.run().wait_until_finish()

@@ -7,7 +7,7 @@ import apache_beam as beam
 from apache_beam.pipeline import PipelineVisitor
 
 from pipeline import progress, worker_output
-from pipeline.beam_internals import resource_hint_names, sample_states_often
+from pipeline.beam_internals import resource_hint_names
 from pipeline.graph import build
 from pipeline.local_threads import (
     available_memory,
@@ -125,7 +125,6 @@ def _relabel(parsed: Parsed, settings: RunSettings, files, runner_check: RunnerC
 
     pipeline = test_pipeline if test_pipeline is not None else beam.Pipeline(options=options)
     build(pipeline, settings, files, groups)
-    sample_states_often()  # in-process bundles end without waiting out Beam's sampling period
     try:
         with progress.showing(progress.part_files(output, [f.output for f in files]), len(files), "relabel run",
                               settings.progress), worker_output.logged():

@@ -13,7 +13,6 @@ import threading
 import apache_beam as beam
 
 from pipeline import worker_output
-from pipeline.beam_internals import sample_states_often
 from pipeline.run import RunOutcome, parse_run
 from pipeline.runner_checks import check_streaming_runner
 from pipeline.settings import watch_settings
@@ -49,7 +48,6 @@ def run_watch(argv: list[str], test_pipeline: beam.Pipeline | None = None) -> Ru
         _prepare_output(output, settings)
         pipeline = test_pipeline if test_pipeline is not None else beam.Pipeline(options=parsed.options)
         build_watch(pipeline, settings, watch)
-        sample_states_often()  # in-process bundles end without waiting out Beam's sampling period
         notes = []
         with StopOnSignal(output) as stop, worker_output.logged():
             pipeline.run().wait_until_finish()
