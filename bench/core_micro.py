@@ -1,7 +1,7 @@
-"""Micro-benchmark of the numeric core: transforms.core.advantages.relabel on one ~1M-row CoreInput.
+"""Micro-benchmark of the numeric core: core.advantages.relabel on one ~1M-row CoreInput.
 
 The CoreInput is built in-process from a dataset's files with the pipeline's
-own adapter (transforms.lib.slim.extract_slim), every batch at once, as
+own adapter (slim.extract_slim), every batch at once, as
 relabel_batch builds it for one batch. Only the core call is timed: best of
 `repeat` after one warm-up call, on numpy (the pipeline's CPU path) in one
 call over all batches and in one call per batch (as the pipeline's DoFns
@@ -30,12 +30,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from bench.datasets import input_files
-from transforms.core.advantages import compute_advantages
-from transforms.core.arrays import TORCH_CPU
-from transforms.core.config import CoreConfig
-from transforms.core.types import CoreInput
-from transforms.lib.label_batch import core_input_from_slim
-from transforms.lib.slim import extract_slim
+from rollout_relabel.transforms.core.advantages import compute_advantages
+from rollout_relabel.transforms.core.arrays import TORCH_CPU
+from rollout_relabel.transforms.core.config import CoreConfig
+from rollout_relabel.transforms.core.types import CoreInput
+from rollout_relabel.transforms.lib.labeling.label_batch import core_input_from_slim
+from rollout_relabel.transforms.lib.labeling.slim import extract_slim
 
 
 def build_core_input(directory: str) -> CoreInput:

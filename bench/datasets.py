@@ -12,7 +12,7 @@ import os
 import shutil
 import time
 
-from pipeline.generate import RunSpec, spec_for_rows, write_parquet_run
+from rollout_relabel.pipeline.generate import RunSpec, spec_for_rows, write_parquet_run
 
 BENCH_DIR = os.path.dirname(os.path.abspath(__file__))
 DATA_DIR = os.path.join(BENCH_DIR, "data")

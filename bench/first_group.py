@@ -17,7 +17,7 @@ ENV = "RELABEL_BENCH_FIRST_GROUP"
 
 def main() -> None:
     path = os.environ[ENV]
-    import transforms.relabel_file_groups as stage
+    import rollout_relabel.transforms.relabel_file_groups as stage
 
     original = stage.RelabelFileGroupFn.process
     noted = []
@@ -30,7 +30,7 @@ def main() -> None:
         yield from original(self, group)
 
     stage.RelabelFileGroupFn.process = process  # the in-process runner unpickles the class by reference
-    from pipeline.cli import entry
+    from rollout_relabel.pipeline.cli import entry
 
     sys.argv = ["relabel", *sys.argv[1:]]
     entry()

@@ -26,7 +26,7 @@ RELABEL_TEST_DEVICE=cuda "$PY" -m pytest -q tests/transforms/core/test_device_pa
 echo "== parity: relabel run --device cuda vs --device cpu"
 WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
-"$PY" -c "from pipeline.generate import RunSpec, write_parquet_run; \
+"$PY" -c "from rollout_relabel.pipeline.generate import RunSpec, write_parquet_run; \
 write_parquet_run(RunSpec(steps=4, prompts_per_step=32, files_per_step=2, seed=21), '$WORK/in')"
 "$PY" -m pipeline run --input "$WORK/in" --output "$WORK/cpu" --device cpu > /dev/null
 "$PY" -m pipeline run --input "$WORK/in" --output "$WORK/cuda" --device cuda > /dev/null

@@ -55,7 +55,7 @@ def relabel_command() -> list[str]:
     script = os.path.join(os.path.dirname(sys.executable), "relabel")
     if os.path.exists(script):
         return [script]
-    return [sys.executable, "-m", "pipeline"]
+    return [sys.executable, "-m", "rollout_relabel"]
 
 
 @dataclasses.dataclass

@@ -5,7 +5,7 @@ instrumentation) with `--tokens`-token loss masks, 8 rollouts per prompt, a quar
 stored as two rows, then times, best of `--repeat` after a warm-up:
 
   hook         the whole hook call (reading the samples, the numeric core, the returned lists)
-  read         of which transforms.lib.sample_core.rows_from_samples (one sum() over each mask)
+  read         of which rollout_relabel.transforms.lib.hooks.sample_core.rows_from_samples (one sum() over each mask)
   core         of which the numeric core on the rows read, and the two lists returned
   trainer sum  what the trainer does anyway: a plain-Python sum() over every mask, accumulated per
                rollout id (slime's and miles' rollout_mask_sums), for comparison
@@ -23,8 +23,8 @@ import random
 import time
 
 from rollout_relabel.hooks import config_from, slime
-from transforms.core.advantages import compute_advantages
-from transforms.lib.sample_core import rows_from_samples
+from rollout_relabel.transforms.core.advantages import compute_advantages
+from rollout_relabel.transforms.lib.hooks.sample_core import rows_from_samples
 
 
 class Sample:

@@ -98,18 +98,18 @@ def count_rows(directory: str) -> int:
 # ------------------------------------------------------------------ check
 
 def check_writer_options(directory: str) -> None:
-    """The floor and loop peer replicate transforms.lib.output_files.parquet_write_options (to avoid importing Beam)."""
+    """The floor and loop peer replicate output_files.parquet_write_options (to avoid importing Beam)."""
     import logging
     logging.getLogger().setLevel(logging.ERROR)  # Beam's import-time warnings
     from bench.peers.common import parquet_write_options as replica
-    from transforms.lib.output_files import parquet_write_options as pipeline_options
+    from rollout_relabel.transforms.lib.output.output_files import parquet_write_options as pipeline_options
 
     for name in os.listdir(directory):
         if name.startswith("part-"):
             schema = pq.read_schema(os.path.join(directory, name))
             if replica(schema) != pipeline_options(schema):
                 raise SystemExit(f"bench/peers/common.parquet_write_options {replica(schema)} no longer matches "
-                                 f"transforms.lib.output_files.parquet_write_options {pipeline_options(schema)}: "
+                                 f"output_files.parquet_write_options {pipeline_options(schema)}: "
                                  "update the replica")
             return
 
@@ -183,7 +183,8 @@ def startup(input_dir: str, first_group_dir: str, repeat: int = 5) -> dict:
     commands = {
         "python -c pass (interpreter)": [sys.executable, "-c", "pass"],
         "python -c 'import apache_beam' (Beam's own import)": [sys.executable, "-c", "import apache_beam"],
-        "python -c 'import pipeline.run'": [sys.executable, "-c", "import pipeline.run"],
+        "python -c 'import rollout_relabel.pipeline.run'": [sys.executable, "-c",
+                                                            "import rollout_relabel.pipeline.run"],
         "relabel run --dry-run (S inputs)": relabel_command() + ["run", "--dry-run", "--input", input_dir,
                                                                "--output", tmp_out],
         FIRST_GROUP: [sys.executable, "-m", "bench.first_group", "run", "--input", first_group_dir,
@@ -211,7 +212,7 @@ def startup(input_dir: str, first_group_dir: str, repeat: int = 5) -> dict:
 
 
 def core_micro(input_dir: str) -> dict:
-    log("[core] micro-benchmark of transforms.core.advantages.relabel ...")
+    log("[core] micro-benchmark of core.advantages.relabel ...")
     path = os.path.join(LOG_DIR, "core-micro.log")
     env = dict(os.environ, PYTHONPATH=ROOT)
     proc = subprocess.run([sys.executable, "-m", "bench.core_micro", input_dir, "--repeat", "10"], cwd=ROOT,
@@ -363,8 +364,8 @@ def report(args, env, results, load_before, load_after, started, elapsed) -> str
         c = results["core"]
         md.append("## Numeric core")
         md.append("")
-        md.append(f"transforms.core.advantages.relabel on one CoreInput of {c['rows']:,} rows ({c['batches']} batches, "
-                  f"dataset M, built in-process with transforms.lib.slim.extract_slim), numpy {c['numpy']} (the "
+        md.append(f"core.advantages.relabel on one CoreInput of {c['rows']:,} rows ({c['batches']} batches, "
+                  f"dataset M, built in-process with slim.extract_slim), numpy {c['numpy']} (the "
                   f"pipeline's CPU path) and torch {c['torch']} on CPU (the GPU path's code); "
                   f"only the core call timed, best of {len(c['times_s'])} after a warm-up call:")
         md.append("")

@@ -20,7 +20,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from pipeline.generate import RunSpec, write_pt_run
+from rollout_relabel.pipeline.generate import RunSpec, write_pt_run
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -45,7 +45,7 @@ def main(argv=None) -> int:
             written = write_pt_run(RunSpec(steps=1, prompts_per_step=args.prompts, seed=100 + i), staging / str(i))
             dumps.append(Path(written[0]).rename(staging / f"step-{i:04d}.pt"))
         watch = subprocess.Popen(
-            [sys.executable, "-m", "pipeline", "watch", "--input", str(inputs), "--output", str(output),
+            [sys.executable, "-m", "rollout_relabel", "watch", "--input", str(inputs), "--output", str(output),
              "--poll-interval", str(args.poll_interval), "--stop-after-files", str(args.files + 1)]
             + (["--require-marker"] if args.marker else []),
             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

@@ -1,4 +1,4 @@
-"""`relabel`: run | watch | compare | export | demo | schema (also `python -m pipeline`).
+"""`relabel`: run | watch | compare | export | demo | schema (also `python -m rollout_relabel`).
 
 The process edge: exit codes come from ExitCode and the error types in
 transforms/lib/errors.py; a usage error is one line on stderr.
@@ -13,8 +13,8 @@ import re
 import sys
 import threading
 
-from pipeline.worker_output import TRACEBACK_ENV
-from transforms.lib.errors import ExitCode, UsageError
+from rollout_relabel.pipeline.worker_output import TRACEBACK_ENV
+from rollout_relabel.transforms.lib.errors import ExitCode, UsageError
 
 CAUSE = re.compile(r"^[A-Za-z_.]*(Error|Exception|Interrupt)\b.*: ")
 
@@ -35,7 +35,7 @@ def entry() -> None:
     back on): importing Beam allocates objects that live as long as the process and frees almost
     nothing, yet each full collection walks them all, twice before a run's first file group.
     """
-    from pipeline.beam_internals import quick_exit
+    from rollout_relabel.pipeline.beam_internals import quick_exit
 
     gc.disable()
     code = main()
@@ -64,10 +64,10 @@ def main(argv: list[str] | None = None) -> int:
     demo.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     if args.command == "schema":
-        import schemas
+        from rollout_relabel import schemas
         print(schemas.describe())
         return ExitCode.OK
-    from pipeline.demo import run_demo
+    from rollout_relabel.pipeline.demo import run_demo
     return run_demo(args.workdir, seed=args.seed)
 
 
@@ -76,9 +76,9 @@ def pipeline_command(command: str, argv: list[str]) -> int:
 
     Each command imports its module when called: `relabel schema` and the help never import Beam's runners.
     """
-    from pipeline.beam_internals import sample_states_often
-    from pipeline.options import PARSERS
-    from pipeline.parse import print_beam_help
+    from rollout_relabel.pipeline.beam_internals import sample_states_often
+    from rollout_relabel.pipeline.flags import PARSERS
+    from rollout_relabel.pipeline.parse import print_beam_help
 
     if "-h" in argv or "--help" in argv:
         PARSERS[command]().print_help()
@@ -88,11 +88,11 @@ def pipeline_command(command: str, argv: list[str]) -> int:
         return ExitCode.OK
     try:
         if command == "run":
-            from pipeline.run import run as run_command
+            from rollout_relabel.pipeline.run import run as run_command
         elif command == "watch":
-            from pipeline.watch import run_watch as run_command
+            from rollout_relabel.pipeline.watch import run_watch as run_command
         else:
-            from pipeline.compare import compare as run_command
+            from rollout_relabel.pipeline.compare import compare as run_command
         settle_heap()
         sample_states_often()  # this process's bundles end without waiting out Beam's sampling period
         outcome = run_command(argv)
@@ -139,13 +139,13 @@ def _cause(error: BaseException) -> str:
 
 def export_command(argv: list[str]) -> int:
     """export: plain Python, no Beam pipeline; usage errors as one line."""
-    from pipeline.options import export_parser
+    from rollout_relabel.pipeline.flags import export_parser
 
     if "-h" in argv or "--help" in argv:
         export_parser().print_help()
         return ExitCode.OK
     try:
-        from pipeline.export import export
+        from rollout_relabel.pipeline.export import export
         outcome = export(argv)
     except UsageError as error:
         print(f"relabel: error: {error}", file=sys.stderr)

@@ -1,7 +1,7 @@
 """compare(argv): options -> inputs -> one pipeline labelling every batch under A and B -> report.
 
 Every input is read once (slim columns only); the report directory receives report.json,
-report.md and the plots (transforms/lib/compare_report.py).
+report.md and the plots (transforms/lib/compare/report.py).
 """
 from __future__ import annotations
 
@@ -9,21 +9,22 @@ from dataclasses import dataclass
 
 import apache_beam as beam
 
-from pipeline import progress, worker_output
-from pipeline.local_threads import claim_local_threads
-from pipeline.parse import Parsed, parse
-from pipeline.runner_checks import check_runner
-from pipeline.settings import compare_settings
-from transforms.compare_labelings import CompareLabelings
-from transforms.lib import filesystem, lease, output_files
-from transforms.lib.compare_report import PLOTS, REPORT_JSON, REPORT_MD, side_text, totals_rows
-from transforms.lib.errors import ExitCode, UsageError
-from transforms.lib.inputs import expand_inputs
-from transforms.lib.output_dir import make_writable
-from transforms.lib.plan import group_by_batch_sharing
-from transforms.lib.records import BATCHES, FILES, GROUPS, POINTS
-from transforms.lib.settings import CompareSettings
-from transforms.write_compare_report import WriteCompareReport
+from rollout_relabel.pipeline import progress, worker_output
+from rollout_relabel.pipeline.local_threads import claim_local_threads
+from rollout_relabel.pipeline.parse import Parsed, parse
+from rollout_relabel.pipeline.runner_checks import check_runner
+from rollout_relabel.pipeline.settings_from_flags import compare_settings
+from rollout_relabel.transforms.compare_labelings import CompareLabelings
+from rollout_relabel.transforms.lib.compare.report import PLOTS, REPORT_JSON, REPORT_MD, side_text, totals_rows
+from rollout_relabel.transforms.lib.errors import ExitCode, UsageError
+from rollout_relabel.transforms.lib.io import filesystem
+from rollout_relabel.transforms.lib.io.inputs import expand_inputs
+from rollout_relabel.transforms.lib.io.plan import group_by_batch_sharing
+from rollout_relabel.transforms.lib.labeling.settings import CompareSettings
+from rollout_relabel.transforms.lib.output import lease, output_files
+from rollout_relabel.transforms.lib.output.output_dir import make_writable
+from rollout_relabel.transforms.lib.output.records import BATCHES, FILES, GROUPS, POINTS
+from rollout_relabel.transforms.write_compare_report import WriteCompareReport
 
 PROGRESS_DIR = ".progress"
 STEPS_SHOWN = 10

@@ -12,9 +12,9 @@ from __future__ import annotations
 import types
 import typing
 
-from transforms.core.config import ROW_UNIT_SEMANTICS, SEMANTICS, CoreConfig
-from transforms.lib.errors import UsageError
-from transforms.lib.settings import Labeling, Side
+from rollout_relabel.transforms.core.config import ROW_UNIT_SEMANTICS, SEMANTICS, CoreConfig
+from rollout_relabel.transforms.lib.errors import UsageError
+from rollout_relabel.transforms.lib.labeling.settings import Labeling, Side
 
 ALIASES = {"std": "std_normalization"}
 # the semantics is the spec's first word; the reward's fields are the run's

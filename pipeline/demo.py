@@ -4,8 +4,8 @@ from __future__ import annotations
 import os
 import shutil
 
-from pipeline.generate import RunSpec, write_parquet_run, write_pt_run
-from pipeline.run import run
+from rollout_relabel.pipeline.generate import RunSpec, write_parquet_run, write_pt_run
+from rollout_relabel.pipeline.run import run
 
 DATASETS = (
     # (folder, how it is written, extra run options)

@@ -1,7 +1,7 @@
 """export(argv): `relabel export`: training rows -> one slime / miles debug rollout dump per batch.
 
 Plain Python over the file layer (no pipeline: a batch is one file, written whole); the work is in
-transforms/lib/export_dumps.py. Output rules as `relabel run`: atomic files, an options record first,
+transforms/lib/export/dumps.py. Output rules as `relabel run`: atomic files, an options record first,
 the manifest last; a rerun over a complete output is a no-op, an interrupted one resumes, and an
 output made with other options is refused unless --overwrite.
 """
@@ -9,12 +9,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from pipeline.options import export_parser
-from transforms.lib import export_dumps as ex
-from transforms.lib import filesystem, output_files
-from transforms.lib.errors import ExitCode, UsageError
-from transforms.lib.manifest import MANIFEST_NAME
-from transforms.lib.output_dir import make_writable, refuse_other_options
+from rollout_relabel.pipeline.flags import export_parser
+from rollout_relabel.transforms.lib.errors import ExitCode, UsageError
+from rollout_relabel.transforms.lib.export import dumps as ex
+from rollout_relabel.transforms.lib.io import filesystem
+from rollout_relabel.transforms.lib.output import output_files
+from rollout_relabel.transforms.lib.output.manifest import MANIFEST_NAME
+from rollout_relabel.transforms.lib.output.output_dir import make_writable, refuse_other_options
 
 
 @dataclass

@@ -6,7 +6,7 @@ The writers each preset follows, field for field, are cited in docs/formats.md.
 """
 from __future__ import annotations
 
-from transforms.lib.errors import UsageError
+from rollout_relabel.transforms.lib.errors import UsageError
 
 PRESETS: dict[str, list[str]] = {
     # our own layouts: slime / miles .pt dumps are read as they are

@@ -3,17 +3,26 @@ from __future__ import annotations
 
 import apache_beam as beam
 
-from transforms.commit_run import CommitRun
-from transforms.gather_batches import GatherBatches
-from transforms.group_advantages import GroupAdvantages
-from transforms.join_and_write import JoinAndWrite
-from transforms.lib.inputs import InputFile
-from transforms.lib.part_files import batch_inputs
-from transforms.lib.plan import group_by_batch_sharing
-from transforms.lib.records import COUNTERS, DEAD, FILES, FILTERED, RESULTS, SLIM, STATS, RowRecords
-from transforms.lib.settings import RunSettings
-from transforms.read_rollouts import ReadRollouts
-from transforms.relabel_file_groups import RelabelFileGroups
+from rollout_relabel.transforms.commit_run import CommitRun
+from rollout_relabel.transforms.gather_batches import GatherBatches
+from rollout_relabel.transforms.group_advantages import GroupAdvantages
+from rollout_relabel.transforms.join_and_write import JoinAndWrite
+from rollout_relabel.transforms.lib.io.inputs import InputFile
+from rollout_relabel.transforms.lib.io.plan import group_by_batch_sharing
+from rollout_relabel.transforms.lib.labeling.settings import RunSettings
+from rollout_relabel.transforms.lib.output.part_files import batch_inputs
+from rollout_relabel.transforms.lib.output.records import (
+    COUNTERS,
+    DEAD,
+    FILES,
+    FILTERED,
+    RESULTS,
+    SLIM,
+    STATS,
+    RowRecords,
+)
+from rollout_relabel.transforms.read_rollouts import ReadRollouts
+from rollout_relabel.transforms.relabel_file_groups import RelabelFileGroups
 
 
 def build(p: beam.Pipeline, settings: RunSettings, files: list[InputFile], groups=None):

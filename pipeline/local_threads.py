@@ -16,7 +16,7 @@ import os
 
 from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions, StandardOptions
 
-from pipeline.parse import DEFAULT_RUNNER
+from rollout_relabel.pipeline.parse import DEFAULT_RUNNER
 
 MAX_LOCAL_THREADS = 4
 # Peak memory a thread holds per byte of decoded input in its group (the input table, the new mask

@@ -1,6 +1,6 @@
 """argv -> (our flags, Beam's PipelineOptions), strictly: an unknown flag is a usage error.
 
-Our flags are parsed by each command's own parser (pipeline/options.py); what
+Our flags are parsed by each command's own parser (pipeline/flags.py); what
 is left must be Beam pipeline options, which Beam parses. `--config FILE`
 is expanded first (pipeline/run_config.py), so the command line wins.
 """
@@ -12,15 +12,15 @@ from dataclasses import dataclass
 
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions, TypeOptions
 
-from pipeline.formats import expand_format
-from pipeline.options import PARSERS
-from pipeline.run_config import expand_config
-from transforms.lib.errors import UsageError
+from rollout_relabel.pipeline.flags import PARSERS
+from rollout_relabel.pipeline.formats import expand_format
+from rollout_relabel.pipeline.run_config import expand_config
+from rollout_relabel.transforms.lib.errors import UsageError
 
 DEFAULT_RUNNER = "FnApiRunner"  # in-process; the DirectRunner would try to download Prism
 # Runners named by a short name Beam does not register, or by a path we replace: name -> the class run.
 # Beam's own Dask runner mixes up tagged outputs (pipeline/dask_runner.py), so its path maps to ours too.
-DASK_RUNNER = "pipeline.dask_runner.DaskRunner"
+DASK_RUNNER = "rollout_relabel.pipeline.dask_runner.DaskRunner"
 RUNNER_PATHS = {"daskrunner": DASK_RUNNER, "apache_beam.runners.dask.dask_runner.daskrunner": DASK_RUNNER,
                 DASK_RUNNER.lower(): DASK_RUNNER}
 DASK_EXTRA = "pip install -c constraints.txt 'rollout-relabel[dask]'"

@@ -15,7 +15,8 @@ from typing import Callable
 
 import pyarrow.parquet as pq
 
-from transforms.lib import filesystem, output_files
+from rollout_relabel.transforms.lib.io import filesystem
+from rollout_relabel.transforms.lib.output import output_files
 
 INTERVAL_S = 1.0
 

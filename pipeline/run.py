@@ -6,24 +6,27 @@ from dataclasses import dataclass, field, replace
 import apache_beam as beam
 from apache_beam.pipeline import PipelineVisitor
 
-from pipeline import progress, worker_output
-from pipeline.beam_internals import resource_hint_names
-from pipeline.graph import build
-from pipeline.local_threads import (
+from rollout_relabel.pipeline import progress, worker_output
+from rollout_relabel.pipeline.beam_internals import resource_hint_names
+from rollout_relabel.pipeline.graph import build
+from rollout_relabel.pipeline.local_threads import (
     available_memory,
     claim_local_threads,
     local_thread_count,
     parallel_decode,
     use_local_threads,
 )
-from pipeline.parse import Parsed, parse
-from pipeline.runner_checks import RunnerCheck, check_runner
-from pipeline.settings import run_settings
-from transforms.lib import filesystem, lease, output_files
-from transforms.lib import manifest as manifest_lib
-from transforms.lib.errors import ExitCode, UsageError
-from transforms.lib.inputs import expand_inputs
-from transforms.lib.output_dir import (
+from rollout_relabel.pipeline.parse import Parsed, parse
+from rollout_relabel.pipeline.runner_checks import RunnerCheck, check_runner
+from rollout_relabel.pipeline.settings_from_flags import run_settings
+from rollout_relabel.transforms.lib.errors import ExitCode, UsageError
+from rollout_relabel.transforms.lib.io import filesystem
+from rollout_relabel.transforms.lib.io.inputs import expand_inputs
+from rollout_relabel.transforms.lib.io.plan import group_by_batch_sharing, read_footers
+from rollout_relabel.transforms.lib.labeling.settings import RunSettings
+from rollout_relabel.transforms.lib.output import lease, output_files
+from rollout_relabel.transforms.lib.output import manifest as manifest_lib
+from rollout_relabel.transforms.lib.output.output_dir import (
     make_writable,
     parts_intact,
     read_manifest,
@@ -31,8 +34,6 @@ from transforms.lib.output_dir import (
     refuse_other_options,
     remove_run_outputs,
 )
-from transforms.lib.plan import group_by_batch_sharing, read_footers
-from transforms.lib.settings import RunSettings
 
 
 @dataclass
@@ -159,7 +160,7 @@ def plan(parsed: Parsed, settings, files, runner_check: RunnerCheck, groups) -> 
     build(pipeline, settings, files, groups)
     pipeline.to_runner_api()  # pickles every DoFn, as submitting to a remote runner would
     if runner_check.family == "dask":  # the Dask runner translates the graph itself: prove it can
-        from pipeline.dask_runner import bag_options, translate
+        from rollout_relabel.pipeline.dask_runner import bag_options, translate
 
         dask_pipeline = beam.Pipeline(runner="FnApiRunner", options=parsed.options)
         build(dask_pipeline, settings, files, groups)

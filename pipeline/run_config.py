@@ -13,11 +13,11 @@ from collections.abc import Callable
 
 import yaml
 
-from transforms.lib.errors import UsageError
+from rollout_relabel.transforms.lib.errors import UsageError
 
 
 def config_argv(path: str, parser, beam: set[str]) -> list[str]:
-    """The config's options as argv flags for `parser` (a pipeline.options.Parser) and for Beam
+    """The config's options as argv flags for `parser` (a rollout_relabel.pipeline.flags.Parser) and for Beam
     (`beam`: the names of the pipeline options Beam knows)."""
     try:
         with open(path, encoding="utf-8") as handle:

@@ -25,10 +25,10 @@ from apache_beam.options.pipeline_options import (
 )
 from apache_beam.runners.runner import create_runner
 
-from pipeline.parse import DASK_EXTRA, DASK_RUNNER, runner_name
-from pipeline.settings import ACCELERATOR
-from transforms.lib.errors import UsageError
-from transforms.lib.settings import CompareSettings, RunSettings
+from rollout_relabel.pipeline.parse import DASK_EXTRA, DASK_RUNNER, runner_name
+from rollout_relabel.pipeline.settings_from_flags import ACCELERATOR
+from rollout_relabel.transforms.lib.errors import UsageError
+from rollout_relabel.transforms.lib.labeling.settings import CompareSettings, RunSettings
 
 PLACEHOLDER = re.compile(r"<[A-Za-z0-9_]+>")
 LOCAL_RUNNERS = {"fnapirunner", "directrunner", "bundlebaseddirectrunner", "switchingdirectrunner"}
@@ -160,7 +160,7 @@ def _stand_in(value):
 def _dask(options, check, paths) -> list[str]:
     """A LocalCluster (or a scheduler on loopback) reads local paths; a remote scheduler's workers reach
     a local path only where it is on a filesystem they mount too (NFS, Lustre, GPFS, ...)."""
-    from pipeline.dask_runner import DaskOptions, local_cluster_wanted, scheduler_is_local
+    from rollout_relabel.pipeline.dask_runner import DaskOptions, local_cluster_wanted, scheduler_is_local
 
     dask = options.view_as(DaskOptions)
     if local_cluster_wanted(options):

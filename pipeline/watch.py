@@ -12,24 +12,26 @@ import threading
 
 import apache_beam as beam
 
-from pipeline import worker_output
-from pipeline.run import RunOutcome, parse_run
-from pipeline.runner_checks import check_streaming_runner
-from pipeline.settings import watch_settings
-from transforms.lib import filesystem, lease, output_files, watch_records
-from transforms.lib import manifest as manifest_lib
-from transforms.lib.errors import UsageError
-from transforms.lib.inputs import expand_inputs
-from transforms.lib.output_dir import (
+from rollout_relabel.pipeline import worker_output
+from rollout_relabel.pipeline.run import RunOutcome, parse_run
+from rollout_relabel.pipeline.runner_checks import check_streaming_runner
+from rollout_relabel.pipeline.settings_from_flags import watch_settings
+from rollout_relabel.transforms.lib.errors import UsageError
+from rollout_relabel.transforms.lib.io import filesystem
+from rollout_relabel.transforms.lib.io.inputs import expand_inputs
+from rollout_relabel.transforms.lib.labeling.settings import RunSettings, WatchSettings
+from rollout_relabel.transforms.lib.output import lease, output_files
+from rollout_relabel.transforms.lib.output import manifest as manifest_lib
+from rollout_relabel.transforms.lib.output.output_dir import (
     make_writable,
     read_manifest,
     refuse_other_options,
     remove_run_outputs,
     temporary_files,
 )
-from transforms.lib.settings import RunSettings, WatchSettings
-from transforms.relabel_landed_files import RelabelLandedFiles
-from transforms.watch_files import WatchFiles
+from rollout_relabel.transforms.lib.watch import ledger as watch_records
+from rollout_relabel.transforms.relabel_landed_files import RelabelLandedFiles
+from rollout_relabel.transforms.watch_files import WatchFiles
 
 
 def build_watch(p: beam.Pipeline, settings: RunSettings, watch: WatchSettings):

@@ -24,6 +24,6 @@ def __getattr__(name):
         from rollout_relabel.options import OPTION_NAMES
         return OPTION_NAMES
     if name == "UsageError":
-        from transforms.lib.errors import UsageError
+        from rollout_relabel.transforms.lib.errors import UsageError
         return UsageError
     raise AttributeError(f"module 'rollout_relabel' has no attribute {name!r}")

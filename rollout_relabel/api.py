@@ -1,6 +1,6 @@
 """relabel(): rollout rows in memory -> the training rows, dead letters and filtered rows `relabel run` writes.
 
-A thin layer over the pipeline's own functions (transforms/lib/relabel_table.py),
+A thin layer over the pipeline's own functions (transforms/lib/labeling/relabel_table.py),
 so a table relabelled here equals the part file `relabel run` writes for it
 saved as one Parquet file (file-level metadata apart). No Beam is imported.
 """
@@ -11,14 +11,14 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-import schemas
 from rollout_relabel import options as checked
-from transforms.lib.dead_letters import file_dead_letter
-from transforms.lib.device import resolve_device
-from transforms.lib.errors import BadFile, UsageError
-from transforms.lib.records import BatchCounts
-from transforms.lib.relabel_table import MEMORY_SOURCE, no_training_rows, relabel_table
-from transforms.lib.samples import samples_to_table
+from rollout_relabel import schemas
+from rollout_relabel.transforms.lib.errors import BadFile, UsageError
+from rollout_relabel.transforms.lib.io.dump_samples import samples_to_table
+from rollout_relabel.transforms.lib.labeling.relabel_table import MEMORY_SOURCE, no_training_rows, relabel_table
+from rollout_relabel.transforms.lib.output.dead_letters import file_dead_letter
+from rollout_relabel.transforms.lib.output.records import BatchCounts
+from rollout_relabel.transforms.lib.worker.device import resolve_device
 
 
 @dataclass(frozen=True)

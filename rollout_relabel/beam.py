@@ -24,11 +24,11 @@ from typing import NamedTuple
 import apache_beam as beam
 
 from rollout_relabel import options as checked
-from transforms import relabel_groups
-from transforms.assemble_groups import AssembleGroups
-from transforms.lib.errors import UsageError
-from transforms.lib.records import DEAD, FILTERED, TRAINING
-from transforms.relabel_tables import RelabelTables
+from rollout_relabel.transforms import relabel_groups
+from rollout_relabel.transforms.assemble_groups import AssembleGroups
+from rollout_relabel.transforms.lib.errors import UsageError
+from rollout_relabel.transforms.lib.output.records import DEAD, FILTERED, TRAINING
+from rollout_relabel.transforms.relabel_tables import RelabelTables
 
 __all__ = ["RelabelRollouts", "RelabelGroups", "AssembleGroups", "RelabelOutputs", "UsageError"]
 

@@ -63,7 +63,7 @@ SLIM = pa.schema([
 SLIM_REWARD_PARTS = pa.field("reward_parts", pa.list_(pa.float64()))
 SLIM_BASELINE = pa.field("baseline", pa.float64())
 # A key stored as text (or as an integer beyond int64): its value as a string, coded to a dense int64
-# by first appearance in the batch before the core (transforms/lib/label_batch.py dense_keys).
+# by first appearance in the batch before the core (transforms/lib/labeling/label_batch.py dense_keys).
 SLIM_GROUP_TEXT = pa.field("group_text", pa.string())
 SLIM_ROLLOUT_TEXT = pa.field("rollout_text", pa.string())
 # `relabel compare --a column:NAME`: the advantage the input stores (null where absent or not a number)

@@ -23,16 +23,16 @@ class Completed:
 
 
 def run_cli(*args, check_codes=(0,), timeout=300, subprocess_=False, cwd=None):
-    """The real CLI entry point: in this process (fast), or as `python -m pipeline` in a fresh one."""
+    """The real CLI entry point: in this process (fast), or as `python -m rollout_relabel` in a fresh one."""
     args = [str(a) for a in args]
     if subprocess_:
-        proc = subprocess.run([sys.executable, "-m", "pipeline", *args], capture_output=True, text=True,
+        proc = subprocess.run([sys.executable, "-m", "rollout_relabel", *args], capture_output=True, text=True,
                               cwd=cwd or ROOT, timeout=timeout)
     else:
         import contextlib
         import io
 
-        from pipeline.cli import main
+        from rollout_relabel.pipeline.cli import main
         out, err = io.StringIO(), io.StringIO()
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err), contextlib.chdir(cwd or os.getcwd()):
             code = main(args)

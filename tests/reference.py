@@ -11,8 +11,8 @@ import ctypes
 import math
 from dataclasses import dataclass
 
-from transforms.core.config import CoreConfig
-from transforms.core.reasons import REASONS
+from rollout_relabel.transforms.core.config import CoreConfig
+from rollout_relabel.transforms.core.reasons import REASONS
 
 # The contract's rules, written out here rather than imported from the core (the oracle names its own rules).
 # SEMANTICS.md, "Estimators": centre, then divide by (std + 1e-6) when std normalization is on

@@ -6,12 +6,20 @@ import ast
 import pathlib
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
+# The installed names of the repository's folders (pyproject.toml maps them under one namespace)
+NS = "rollout_relabel"
+CORE, LIB, STAGES = f"{NS}.transforms.core", f"{NS}.transforms.lib", f"{NS}.transforms"
+CLI, SCHEMAS = f"{NS}.pipeline", f"{NS}.schemas"
+# the public faces: the in-memory API (rollout_relabel itself), the Beam module, the hooks
+PUBLIC = (f"{NS}.api", f"{NS}.beam", f"{NS}.hooks", f"{NS}.options")
+# the old top-level names: nothing may import them (they exist only as folders of a checkout)
+BARE = ("pipeline", "transforms", "schemas")
 
 
 def imports(path: pathlib.Path) -> set[str]:
     """Absolute module names a file imports (relative imports resolved against its package)."""
     tree = ast.parse(path.read_text(), filename=str(path))
-    package = ".".join(path.relative_to(ROOT).with_suffix("").parts[:-1]) if path.is_relative_to(ROOT) else ""
+    package = installed_name(path).rpartition(".")[0] if path.is_relative_to(ROOT) else ""
     found = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
@@ -23,6 +31,12 @@ def imports(path: pathlib.Path) -> set[str]:
             else:
                 found.add(node.module)
     return found
+
+
+def installed_name(path: pathlib.Path) -> str:
+    """The dotted name a repository file is imported by (pyproject.toml's package-dir)."""
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts if parts[0] in (NS, "tests", "bench") else (NS, *parts))
 
 
 def modules(folder: str, recursive: bool = True) -> list[pathlib.Path]:
@@ -43,45 +57,50 @@ def offending(files, forbidden, allowed=()) -> dict[str, list[str]]:
 
 
 def test_the_numeric_core_imports_neither_beam_nor_arrow_nor_anything_above_it():
-    assert offending(modules("transforms/core"), ("apache_beam", "pyarrow", "pipeline", "schemas", "transforms"),
-                     allowed=("transforms.core",)) == {}
+    assert offending(modules("transforms/core"), ("apache_beam", "pyarrow", NS), allowed=(CORE,)) == {}
 
 
 def test_the_pure_layer_builds_no_pipeline_and_imports_no_stage():
     lib = [p for p in modules("transforms/lib") if p.name != "filesystem.py"]
-    assert offending(lib, ("apache_beam", "pipeline", "transforms", "rollout_relabel"),
-                     allowed=("transforms.core", "transforms.lib")) == {}
+    assert offending(lib, ("apache_beam", NS), allowed=(CORE, LIB, SCHEMAS)) == {}
 
 
 def test_only_the_filesystem_module_reaches_beam_and_only_its_filesystems():
-    assert offending([ROOT / "transforms/lib/filesystem.py"], ("apache_beam", "pipeline", "transforms"),
-                     allowed=("apache_beam.io.filesystem", "apache_beam.io.filesystems",
+    assert offending([ROOT / "transforms/lib/io/filesystem.py"], ("apache_beam", CLI, STAGES, *PUBLIC),
+                     allowed=(CORE, LIB, "apache_beam.io.filesystem", "apache_beam.io.filesystems",
                               "apache_beam.io.localfilesystem")) == {}
 
 
 def test_stages_never_import_the_cli_layer():
-    assert offending(modules("transforms"), ("pipeline", "rollout_relabel")) == {}
-    assert offending(modules("schemas"), ("pipeline", "transforms", "apache_beam", "rollout_relabel")) == {}
+    assert offending(modules("transforms"), (CLI, *PUBLIC)) == {}
+    assert offending(modules("schemas"), (CLI, STAGES, "apache_beam", *PUBLIC)) == {}
+
+
+def test_nothing_imports_the_folders_by_their_bare_names():
+    # `transforms` or `pipeline` at the top of sys.path would be the user's own module inside a trainer
+    every = [p for folder in ("pipeline", "transforms", "schemas", "rollout_relabel", "tests", "bench")
+             for p in modules(folder)]
+    assert offending(every, BARE) == {}
 
 
 def test_the_check_sees_function_level_imports(tmp_path):
     # a check that missed imports inside functions would pass a module that hides one there
     hidden = tmp_path / "hidden.py"
-    hidden.write_text("import numpy\n\ndef f():\n    from pipeline.run import run\n")
-    assert imports(hidden) == {"numpy", "pipeline.run"}
-    assert offending([hidden], ("pipeline",)) == {str(hidden): ["pipeline.run"]}
+    hidden.write_text("import numpy\n\ndef f():\n    from rollout_relabel.pipeline.run import run\n")
+    assert imports(hidden) == {"numpy", "rollout_relabel.pipeline.run"}
+    assert offending([hidden], (CLI,)) == {str(hidden): ["rollout_relabel.pipeline.run"]}
 
 
 def test_the_public_package_reaches_beam_only_in_its_beam_module():
     plain = [p for p in modules("rollout_relabel") if p.name != "beam.py"]
-    assert offending(plain, ("apache_beam", "pipeline", "transforms.lib.filesystem", "transforms.lib.readers")) == {}
+    assert offending(plain, ("apache_beam", CLI, f"{LIB}.io.filesystem", f"{LIB}.io.readers")) == {}
 
 
 def test_the_reward_hooks_reach_neither_arrow_nor_beam():
     # they run inside the trainer: numpy and the numeric core only (a fresh interpreter checks sys.modules too,
     # tests/rollout_relabel/test_hooks.py)
-    hooks = modules("rollout_relabel/hooks") + [ROOT / "transforms/lib/sample_core.py",
-                                                ROOT / "transforms/lib/dead_messages.py"]
-    assert offending(hooks, ("apache_beam", "pyarrow", "schemas", "pipeline", "transforms", "rollout_relabel"),
-                     allowed=("transforms.core", "transforms.lib.sample_core", "transforms.lib.dead_messages",
-                              "rollout_relabel.hooks")) == {}
+    hooks = modules("rollout_relabel/hooks") + [ROOT / "transforms/lib/hooks/sample_core.py",
+                                                ROOT / "transforms/lib/labeling/dead_messages.py"]
+    assert offending(hooks, ("apache_beam", "pyarrow", NS),
+                     allowed=(CORE, f"{LIB}.hooks.sample_core", f"{LIB}.labeling.dead_messages",
+                              f"{NS}.hooks")) == {}

@@ -5,8 +5,8 @@ import math
 
 import pytest
 
+from rollout_relabel.transforms.core.config import CoreConfig
 from tests.reference import Batch, Row, batch_counters, reference_relabel, to_float32
-from transforms.core.config import CoreConfig
 
 
 def advantages(results):

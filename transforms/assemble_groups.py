@@ -28,8 +28,8 @@ from apache_beam.transforms.timeutil import TimeDomain
 from apache_beam.transforms.userstate import BagStateSpec, ReadModifyWriteStateSpec, TimerSpec, on_timer
 from apache_beam.utils.timestamp import Duration
 
-import schemas
-from transforms.lib.records import DEAD, GROUPS
+from rollout_relabel import schemas
+from rollout_relabel.transforms.lib.output.records import DEAD, GROUPS
 
 STREAM_SOURCE = "stream"
 

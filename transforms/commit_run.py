@@ -8,15 +8,15 @@ from __future__ import annotations
 
 import apache_beam as beam
 
-from transforms.combiners import CollectFn
-from transforms.lib import manifest as manifest_lib
-from transforms.lib import output_files
-from transforms.lib.dead_letters import sorted_records
-from transforms.lib.errors import RunStopped
-from transforms.lib.output_dir import DEAD_LETTERS_NAME, FILTERED_NAME, part_bytes, stop_run
-from transforms.lib.output_files import write_records
-from transforms.lib.records import DEAD, FILTERED, RowRecords
-from transforms.lib.settings import RunSettings
+from rollout_relabel.transforms.combiners import CollectFn
+from rollout_relabel.transforms.lib.errors import RunStopped
+from rollout_relabel.transforms.lib.labeling.settings import RunSettings
+from rollout_relabel.transforms.lib.output import manifest as manifest_lib
+from rollout_relabel.transforms.lib.output import output_files
+from rollout_relabel.transforms.lib.output.dead_letters import sorted_records
+from rollout_relabel.transforms.lib.output.output_dir import DEAD_LETTERS_NAME, FILTERED_NAME, part_bytes, stop_run
+from rollout_relabel.transforms.lib.output.output_files import write_records
+from rollout_relabel.transforms.lib.output.records import DEAD, FILTERED, RowRecords
 
 RECORD_FILES = {DEAD: DEAD_LETTERS_NAME, FILTERED: FILTERED_NAME}
 

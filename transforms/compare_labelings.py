@@ -13,15 +13,15 @@ import json
 import apache_beam as beam
 from apache_beam import pvalue
 
-from transforms.dofns import CoreDoFn
-from transforms.lib import output_files
-from transforms.lib.compare_batches import compare_batch
-from transforms.lib.errors import BadFile
-from transforms.lib.readers import read_table
-from transforms.lib.records import BATCHES, FILES, GROUPS, POINTS
-from transforms.lib.settings import CompareSettings
-from transforms.lib.slim import extract_slim, slim_input_columns
-from transforms.metrics import counter
+from rollout_relabel.transforms.dofns import CoreDoFn
+from rollout_relabel.transforms.lib.compare.batches import compare_batch
+from rollout_relabel.transforms.lib.errors import BadFile
+from rollout_relabel.transforms.lib.io.readers import read_table
+from rollout_relabel.transforms.lib.labeling.settings import CompareSettings
+from rollout_relabel.transforms.lib.labeling.slim import extract_slim, slim_input_columns
+from rollout_relabel.transforms.lib.output import output_files
+from rollout_relabel.transforms.lib.output.records import BATCHES, FILES, GROUPS, POINTS
+from rollout_relabel.transforms.metrics import counter
 
 
 def progress_name(group: list[dict]) -> str:

@@ -7,16 +7,16 @@ from __future__ import annotations
 import apache_beam as beam
 from apache_beam import pvalue
 
-from transforms.lib.dead_letters import file_dead_letter
-from transforms.lib.device import resolve_device
-from transforms.lib.errors import FailFast, InputChanged
-from transforms.lib.label_batch import BatchResult
-from transforms.lib.output_dir import stop_run
-from transforms.lib.part_files import FileOutcome
-from transforms.lib.readers import read_input
-from transforms.lib.records import DEAD, FILES, FILTERED, BatchCounts, FileRead
-from transforms.lib.settings import RunSettings
-from transforms.metrics import counter
+from rollout_relabel.transforms.lib.errors import FailFast, InputChanged
+from rollout_relabel.transforms.lib.io.readers import read_input
+from rollout_relabel.transforms.lib.labeling.label_batch import BatchResult
+from rollout_relabel.transforms.lib.labeling.settings import RunSettings
+from rollout_relabel.transforms.lib.output.dead_letters import file_dead_letter
+from rollout_relabel.transforms.lib.output.output_dir import stop_run
+from rollout_relabel.transforms.lib.output.part_files import FileOutcome
+from rollout_relabel.transforms.lib.output.records import DEAD, FILES, FILTERED, BatchCounts, FileRead
+from rollout_relabel.transforms.lib.worker.device import resolve_device
+from rollout_relabel.transforms.metrics import counter
 
 
 class CoreDoFn(beam.DoFn):

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import apache_beam as beam
 
-from transforms.combiners import CollectFn
+from rollout_relabel.transforms.combiners import CollectFn
 
 
 class GatherBatchFn(CollectFn):

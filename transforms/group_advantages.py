@@ -4,11 +4,11 @@ from __future__ import annotations
 import apache_beam as beam
 from apache_beam import pvalue
 
-from transforms.dofns import CoreDoFn, count_batch, stop_on_dead_rows
-from transforms.lib.dead_letters import split_by_source
-from transforms.lib.label_batch import label_batch
-from transforms.lib.records import COUNTERS, DEAD, FILTERED, RESULTS
-from transforms.lib.settings import RunSettings
+from rollout_relabel.transforms.dofns import CoreDoFn, count_batch, stop_on_dead_rows
+from rollout_relabel.transforms.lib.labeling.label_batch import label_batch
+from rollout_relabel.transforms.lib.labeling.settings import RunSettings
+from rollout_relabel.transforms.lib.output.dead_letters import split_by_source
+from rollout_relabel.transforms.lib.output.records import COUNTERS, DEAD, FILTERED, RESULTS
 
 
 class GroupAdvantagesFn(CoreDoFn):

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import apache_beam as beam
 
-import schemas
-from transforms.dofns import outcome_outputs, read_planned
-from transforms.lib import part_files
-from transforms.lib.records import DEAD, FILTERED, STATS
-from transforms.lib.settings import RunSettings
+from rollout_relabel import schemas
+from rollout_relabel.transforms.dofns import outcome_outputs, read_planned
+from rollout_relabel.transforms.lib.labeling.settings import RunSettings
+from rollout_relabel.transforms.lib.output import part_files
+from rollout_relabel.transforms.lib.output.records import DEAD, FILTERED, STATS
 
 
 class WriteTrainingRowsFn(beam.DoFn):

@@ -4,12 +4,12 @@ from __future__ import annotations
 import apache_beam as beam
 from apache_beam import pvalue
 
-from transforms.dofns import dead_file_outputs, read_planned
-from transforms.lib.errors import BadFile
-from transforms.lib.records import DEAD, FILES, SLIM, FileRead
-from transforms.lib.settings import RunSettings
-from transforms.lib.slim import extract_slim, slim_input_columns
-from transforms.metrics import counter
+from rollout_relabel.transforms.dofns import dead_file_outputs, read_planned
+from rollout_relabel.transforms.lib.errors import BadFile
+from rollout_relabel.transforms.lib.labeling.settings import RunSettings
+from rollout_relabel.transforms.lib.labeling.slim import extract_slim, slim_input_columns
+from rollout_relabel.transforms.lib.output.records import DEAD, FILES, SLIM, FileRead
+from rollout_relabel.transforms.metrics import counter
 
 
 class ReadSlimTablesFn(beam.DoFn):

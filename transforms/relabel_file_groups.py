@@ -14,16 +14,24 @@ from __future__ import annotations
 import apache_beam as beam
 from apache_beam import pvalue
 
-import schemas
-from transforms.dofns import CoreDoFn, count_batch, dead_file_outputs, outcome_outputs, read_planned, stop_on_dead_rows
-from transforms.lib import memory, part_files
-from transforms.lib.dead_letters import split_by_source
-from transforms.lib.errors import BadFile
-from transforms.lib.label_batch import label_batch
-from transforms.lib.records import COUNTERS, DEAD, FILES, FILTERED, STATS, FileRead
-from transforms.lib.settings import RunSettings
-from transforms.lib.slim import extract_slim, slim_input_columns
-from transforms.metrics import counter
+from rollout_relabel import schemas
+from rollout_relabel.transforms.dofns import (
+    CoreDoFn,
+    count_batch,
+    dead_file_outputs,
+    outcome_outputs,
+    read_planned,
+    stop_on_dead_rows,
+)
+from rollout_relabel.transforms.lib.errors import BadFile
+from rollout_relabel.transforms.lib.labeling.label_batch import label_batch
+from rollout_relabel.transforms.lib.labeling.settings import RunSettings
+from rollout_relabel.transforms.lib.labeling.slim import extract_slim, slim_input_columns
+from rollout_relabel.transforms.lib.output import part_files
+from rollout_relabel.transforms.lib.output.dead_letters import split_by_source
+from rollout_relabel.transforms.lib.output.records import COUNTERS, DEAD, FILES, FILTERED, STATS, FileRead
+from rollout_relabel.transforms.lib.worker import memory
+from rollout_relabel.transforms.metrics import counter
 
 
 class RelabelFileGroupFn(CoreDoFn):

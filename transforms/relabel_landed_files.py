@@ -17,15 +17,25 @@ import apache_beam as beam
 import pyarrow as pa
 from apache_beam import pvalue
 
-from transforms.lib import filesystem, watch_records
-from transforms.lib.dead_letters import file_dead_letter, sorted_records, split_by_source
-from transforms.lib.inputs import InputFile
-from transforms.lib.output_files import write_records
-from transforms.lib.plan import step_range
-from transforms.lib.records import COUNTERS, DEAD, FILES, FILTERED, STATS, FileRead, FileWritten, stat_to_dict
-from transforms.lib.settings import RunSettings
-from transforms.metrics import counter
-from transforms.relabel_file_groups import RelabelFileGroupFn
+from rollout_relabel.transforms.lib.io import filesystem
+from rollout_relabel.transforms.lib.io.inputs import InputFile
+from rollout_relabel.transforms.lib.io.plan import step_range
+from rollout_relabel.transforms.lib.labeling.settings import RunSettings
+from rollout_relabel.transforms.lib.output.dead_letters import file_dead_letter, sorted_records, split_by_source
+from rollout_relabel.transforms.lib.output.output_files import write_records
+from rollout_relabel.transforms.lib.output.records import (
+    COUNTERS,
+    DEAD,
+    FILES,
+    FILTERED,
+    STATS,
+    FileRead,
+    FileWritten,
+    stat_to_dict,
+)
+from rollout_relabel.transforms.lib.watch import ledger as watch_records
+from rollout_relabel.transforms.metrics import counter
+from rollout_relabel.transforms.relabel_file_groups import RelabelFileGroupFn
 
 LATE_REASON = "late-batch-file"
 

@@ -14,11 +14,11 @@ from __future__ import annotations
 import apache_beam as beam
 from apache_beam import pvalue
 
-from transforms.dofns import CoreDoFn, count_batch
-from transforms.lib.records import DEAD, FILTERED, TRAINING
-from transforms.lib.relabel_table import MEMORY_SOURCE, relabel_table
-from transforms.lib.settings import Labeling
-from transforms.metrics import counter
+from rollout_relabel.transforms.dofns import CoreDoFn, count_batch
+from rollout_relabel.transforms.lib.labeling.relabel_table import MEMORY_SOURCE, relabel_table
+from rollout_relabel.transforms.lib.labeling.settings import Labeling
+from rollout_relabel.transforms.lib.output.records import DEAD, FILTERED, TRAINING
+from rollout_relabel.transforms.metrics import counter
 
 
 class RelabelTableFn(CoreDoFn):

@@ -2,7 +2,7 @@
 
 Built on Beam's `Watch` (apache_beam.io.watch, a splittable DoFn that
 checkpoints between polls and dedups outputs in its restriction): the poll
-function lists the input, and transforms/lib/watch_landing.py decides which files are
+function lists the input, and transforms/lib/watch/landing.py decides which files are
 complete (stable size, or a marker) and which can be relabelled now (a
 Parquet step waits until it is closed). The poll function itself decides
 when to stop (--stop-after-files, --stop-after-idle, a stop request) by
@@ -21,12 +21,13 @@ import time
 import apache_beam as beam
 from apache_beam.io.watch import PollFn, PollResult, Watch, never
 
-from transforms.lib import filesystem, watch_records
-from transforms.lib.errors import MissingInput
-from transforms.lib.inputs import InputFile, expand_inputs
-from transforms.lib.plan import step_range
-from transforms.lib.settings import RunSettings, WatchSettings
-from transforms.lib.watch_landing import DONE_SUFFIX, SUCCESS_NAME, Landing, Seen
+from rollout_relabel.transforms.lib.errors import MissingInput
+from rollout_relabel.transforms.lib.io import filesystem
+from rollout_relabel.transforms.lib.io.inputs import InputFile, expand_inputs
+from rollout_relabel.transforms.lib.io.plan import step_range
+from rollout_relabel.transforms.lib.labeling.settings import RunSettings, WatchSettings
+from rollout_relabel.transforms.lib.watch import ledger as watch_records
+from rollout_relabel.transforms.lib.watch.landing import DONE_SUFFIX, SUCCESS_NAME, Landing, Seen
 
 
 class PollLandedFiles(PollFn):

@@ -10,8 +10,9 @@ import heapq
 
 import apache_beam as beam
 
-from transforms.lib import compare_batches, compare_report
-from transforms.lib.records import BATCHES, FILES, GROUPS, POINTS
+from rollout_relabel.transforms.lib.compare import batches as compare_batches
+from rollout_relabel.transforms.lib.compare import report as compare_report
+from rollout_relabel.transforms.lib.output.records import BATCHES, FILES, GROUPS, POINTS
 
 
 class SummarizeFn(beam.CombineFn):

@@ -40,7 +40,7 @@ def output_path(output_dir: str, input_path: str, input_dir: str) -> str:
 
 
 def parquet_write_options(schema) -> dict:
-    """Replica of transforms.lib.output_files.parquet_write_options (the harness checks they agree):
+    """Replica of output_files.parquet_write_options (the harness checks they agree):
     zstd, dictionary encoding only for non-list columns. Replicated so that peers do not import Beam."""
     import pyarrow as pa
 

@@ -1,6 +1,6 @@
 """The floor: pyarrow reads every file, appends one float32 column, writes it back.
 
-Same writer options as the pipeline (transforms.lib.output_files.parquet_write_options:
+Same writer options as the pipeline (output_files.parquet_write_options:
 zstd, dictionary encoding off for list columns). No semantics at all: the
 least any implementation that rewrites every byte has to do.
 """

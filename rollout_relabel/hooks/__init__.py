@@ -30,11 +30,11 @@ import os
 
 import numpy as np
 
-from transforms.core.advantages import compute_advantages
-from transforms.core.config import CoreConfig
-from transforms.core.reasons import REASONS
-from transforms.lib.dead_messages import dead_messages
-from transforms.lib.sample_core import rows_from_samples
+from rollout_relabel.transforms.core.advantages import compute_advantages
+from rollout_relabel.transforms.core.config import CoreConfig
+from rollout_relabel.transforms.core.reasons import REASONS
+from rollout_relabel.transforms.lib.hooks.sample_core import rows_from_samples
+from rollout_relabel.transforms.lib.labeling.dead_messages import dead_messages
 
 SEMANTICS_ENV = "ROLLOUT_RELABEL_SEMANTICS"
 MAINSTREAM_ENV = "ROLLOUT_RELABEL_MAINSTREAM"

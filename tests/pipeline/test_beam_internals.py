@@ -2,7 +2,7 @@
 from apache_beam.runners.worker import statesampler
 from apache_beam.utils.counters import CounterFactory
 
-from pipeline.beam_internals import resource_hint_names, sample_states_often
+from rollout_relabel.pipeline.beam_internals import resource_hint_names, sample_states_often
 
 
 def test_in_process_bundles_sample_states_often(monkeypatch):

@@ -1,9 +1,9 @@
 """The CLI edge: each command's help, Beam's options on demand, usage errors as one line (exit 2)."""
 import pytest
 
-from pipeline.options import PARSERS
+from rollout_relabel.pipeline.flags import PARSERS
+from rollout_relabel.transforms.lib.labeling.settings import Labeling
 from tests.conftest import run_cli
-from transforms.lib.settings import Labeling
 
 
 @pytest.mark.parametrize("command", ["run", "watch", "compare"])
@@ -34,7 +34,7 @@ def test_an_unknown_runner_is_a_usage_error_naming_the_runners(tmp_path):
     (lambda tmp: (tmp / "a-file").write_text("x") and tmp / "a-file" / "sub", "cannot be written"),
 ])
 def test_an_output_that_cannot_be_written_is_a_usage_error(tmp_path, make_output, says):
-    from pipeline.generate import RunSpec, write_pt_run
+    from rollout_relabel.pipeline.generate import RunSpec, write_pt_run
 
     write_pt_run(RunSpec(steps=1, prompts_per_step=2), tmp_path / "in")
     output = make_output(tmp_path)
@@ -62,7 +62,7 @@ def test_a_config_boolean_must_be_a_yaml_boolean(tmp_path):
 def test_the_collector_is_off_only_while_the_command_imports(monkeypatch):
     import gc
 
-    from pipeline.cli import settle_heap
+    from rollout_relabel.pipeline.cli import settle_heap
 
     frozen = gc.get_freeze_count()
     settle_heap()  # called by main() alone (tests, the Python API): the collector was never turned off

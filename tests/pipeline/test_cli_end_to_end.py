@@ -5,10 +5,10 @@ import os
 import pyarrow.parquet as pq
 import pytest
 
-from pipeline.generate import RunSpec, write_parquet_run, write_pt_run
+from rollout_relabel.pipeline.generate import RunSpec, write_parquet_run, write_pt_run
+from rollout_relabel.transforms.core.config import CoreConfig
 from tests.conftest import run_cli
 from tests.expected import expected_outputs, raw_rows
-from transforms.core.config import CoreConfig
 
 SPEC = RunSpec(steps=2, prompts_per_step=5, samples_per_prompt=8, files_per_step=2, seed=7)
 ADDED = ["raw_reward", "advantage", "mainstream", "rollout_key", "prompt_group", "truncated", "loss_mask",

@@ -9,10 +9,10 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
-from pipeline.generate import RunSpec, generate_rows, write_parquet_run
+from rollout_relabel.pipeline.generate import RunSpec, generate_rows, write_parquet_run
+from rollout_relabel.transforms.core.config import CoreConfig
 from tests.conftest import run_cli
 from tests.expected import expected_outputs
-from transforms.core.config import CoreConfig
 
 # One file, five steps; A = legacy-reshape, B = rollout-mainstream, both grpo without std.
 # Without --n-samples-per-prompt, legacy-reshape makes each whole step one group.
@@ -233,7 +233,7 @@ def test_fanout_one_legacy_agrees(tmp_path):
 
 
 def test_pt_dumps_are_labelled_by_file(tmp_path):
-    from pipeline.generate import write_pt_run
+    from rollout_relabel.pipeline.generate import write_pt_run
 
     write_pt_run(RunSpec(steps=2, prompts_per_step=3, samples_per_prompt=4, seed=3), tmp_path / "in", flavor="miles")
     run_cli("compare", "--input", tmp_path / "in", "--a", "group-index", "--b", "rollout-mainstream",

@@ -6,9 +6,9 @@ import statistics
 import numpy as np
 import pytest
 
+from rollout_relabel.transforms.lib.compare.batches import AGREE_ABS, AGREE_REL, ZERO_TOL
 from tests.conftest import run_cli
 from tests.pipeline.test_formats import write_nemo_rl, write_trl
-from transforms.lib.compare_batches import AGREE_ABS, AGREE_REL, ZERO_TOL
 
 # rewards on a scale of tens: TRL's eps (1e-4) against ours (1e-6) moves an advantage by about 1e-4 / std,
 # well inside the report's relative tolerance (1e-5) once the std is in the tens

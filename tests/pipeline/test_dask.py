@@ -14,10 +14,10 @@ distributed = pytest.importorskip("distributed")
 import apache_beam as beam  # noqa: E402
 from apache_beam.options.pipeline_options import PipelineOptions  # noqa: E402
 
-from pipeline.generate import RunSpec, write_parquet_run, write_pt_run  # noqa: E402
-from pipeline.parse import DASK_RUNNER  # noqa: E402
+from rollout_relabel.pipeline.generate import RunSpec, write_parquet_run, write_pt_run  # noqa: E402
+from rollout_relabel.pipeline.parse import DASK_RUNNER  # noqa: E402
+from rollout_relabel.transforms.lib.worker.faults import ENV  # noqa: E402
 from tests.conftest import run_cli  # noqa: E402
-from transforms.lib.faults import ENV  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
@@ -88,10 +88,10 @@ def test_compare_on_a_dask_cluster_writes_the_same_report(cluster, run_inputs, t
 def test_the_shuffle_path_on_dask_matches_the_one_pass_path_in_process(cluster, run_inputs, tmp_path, monkeypatch):
     """Batches shared by files too big for one worker meet in a GroupByKey / CoGroupByKey (string keys,
     hashed in other processes)."""
-    import pipeline.graph as graph
-    from transforms.core.config import CoreConfig
-    from transforms.lib.inputs import expand_inputs
-    from transforms.lib.settings import Labeling, RunSettings
+    import rollout_relabel.pipeline.graph as graph
+    from rollout_relabel.transforms.core.config import CoreConfig
+    from rollout_relabel.transforms.lib.io.inputs import expand_inputs
+    from rollout_relabel.transforms.lib.labeling.settings import Labeling, RunSettings
 
     inputs, _, _ = run_inputs
     outputs = {}
@@ -162,7 +162,7 @@ def test_the_runner_keeps_tagged_outputs_apart_and_runs_every_sink(cluster, tmp_
 
 
 def test_a_transform_the_dask_runner_cannot_translate_is_an_error():
-    from pipeline.dask_runner import translate
+    from rollout_relabel.pipeline.dask_runner import translate
 
     p = beam.Pipeline(runner="FnApiRunner")
     _ = p | beam.Impulse()

@@ -13,9 +13,9 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
+from rollout_relabel.transforms.lib.worker.faults import ENV
 from tests.conftest import FIXTURES, ROOT, run_cli
 from tests.strict import differences
-from transforms.lib.faults import ENV
 
 RELABELLED = ("reward", "loss_mask")
 
@@ -92,7 +92,7 @@ def test_a_rerun_is_a_no_op_and_other_options_are_refused(exported):
 
 
 def generated_run(tmp_path, flavor="slime", **spec):
-    from pipeline.generate import RunSpec, write_pt_run
+    from rollout_relabel.pipeline.generate import RunSpec, write_pt_run
     write_pt_run(RunSpec(**dict(dict(steps=3, prompts_per_step=2, samples_per_prompt=4, seed=5), **spec)),
                  tmp_path / "in", flavor=flavor)
     run_cli("run", "--input", tmp_path / "in", "--output", tmp_path / "rows")
@@ -109,7 +109,7 @@ def test_overwrite_replaces_an_export_made_with_other_options(tmp_path):
 
 
 def export_subprocess(rows, output, env=None):
-    return subprocess.run([sys.executable, "-m", "pipeline", "export", "--input", str(rows), "--output",
+    return subprocess.run([sys.executable, "-m", "rollout_relabel", "export", "--input", str(rows), "--output",
                            str(output), "--to", "slime"], cwd=ROOT, env=dict(os.environ, **(env or {})),
                           capture_output=True, text=True, timeout=300)
 
@@ -152,7 +152,7 @@ def test_refusals_are_usage_errors(tmp_path):
 
 @pytest.mark.parametrize("estimator", ["ppo", "reinforce_plus_plus"])
 def test_terminal_reward_estimators_are_refused_unless_forced(tmp_path, estimator):
-    from pipeline.generate import RunSpec, write_pt_run
+    from rollout_relabel.pipeline.generate import RunSpec, write_pt_run
     write_pt_run(RunSpec(steps=1, prompts_per_step=2, samples_per_prompt=4, seed=1), tmp_path / "in")
     run_cli("run", "--input", tmp_path / "in", "--output", tmp_path / "rows", "--estimator", estimator)
     proc = run_cli("export", "--input", tmp_path / "rows", "--output", tmp_path / "d", "--to", "slime",
@@ -164,7 +164,7 @@ def test_terminal_reward_estimators_are_refused_unless_forced(tmp_path, estimato
 
 
 def test_parquet_rows_export_by_step_in_row_order(tmp_path):
-    from pipeline.generate import RunSpec, write_parquet_run
+    from rollout_relabel.pipeline.generate import RunSpec, write_parquet_run
     write_parquet_run(RunSpec(steps=2, prompts_per_step=2, samples_per_prompt=4, files_per_step=2, seed=3),
                       tmp_path / "in")
     run_cli("run", "--input", tmp_path / "in", "--output", tmp_path / "rows")

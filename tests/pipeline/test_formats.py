@@ -11,7 +11,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from pipeline.run import parse_run
+from rollout_relabel.pipeline.run import parse_run
 from tests.conftest import run_cli
 from tests.reference import Batch, Row, reference_relabel
 

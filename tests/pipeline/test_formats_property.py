@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import rollout_relabel
-from transforms.lib.readers import read_table
+from rollout_relabel.transforms.lib.io.readers import read_table
 
 REWARDS = st.one_of(st.sampled_from([0.0, 1.0, 0.5]), st.floats(-100, 100, allow_nan=False, width=32))
 

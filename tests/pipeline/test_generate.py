@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
-from pipeline.generate import (
+from rollout_relabel.pipeline.generate import (
     MILES_SAMPLE_KEYS,
     SCHEMA,
     SLIME_SAMPLE_KEYS,

@@ -6,11 +6,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from apache_beam.testing.util import assert_that
 
-from pipeline.graph import build
+from rollout_relabel.pipeline.graph import build
+from rollout_relabel.transforms.core.config import CoreConfig
+from rollout_relabel.transforms.lib.io.inputs import expand_inputs
+from rollout_relabel.transforms.lib.labeling.settings import Labeling, RunSettings
 from tests.matchers import manifest_counts
-from transforms.core.config import CoreConfig
-from transforms.lib.inputs import expand_inputs
-from transforms.lib.settings import Labeling, RunSettings
 
 
 def write(path, **columns):
@@ -41,8 +41,8 @@ def test_whole_graph_writes_outputs_and_manifest(test_pipeline, tmp_path):
 def test_shuffle_path_and_one_pass_path_write_identical_files(tmp_path, monkeypatch):
     from apache_beam.testing.test_pipeline import TestPipeline
 
-    import pipeline.graph as graph
-    from pipeline.generate import RunSpec, write_parquet_run, write_pt_run
+    import rollout_relabel.pipeline.graph as graph
+    from rollout_relabel.pipeline.generate import RunSpec, write_parquet_run, write_pt_run
 
     src = tmp_path / "in"
     write_parquet_run(RunSpec(steps=2, prompts_per_step=3, seed=5), src / "pq")

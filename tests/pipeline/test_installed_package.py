@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from pipeline.generate import RunSpec, write_parquet_run, write_pt_run
+from rollout_relabel.pipeline.generate import RunSpec, write_parquet_run, write_pt_run
 from tests.conftest import ROOT, run_cli
 
 SOURCES = ("pyproject.toml", "README.md", "pipeline", "transforms", "schemas", "rollout_relabel")
@@ -46,10 +46,10 @@ def installed(tmp_path_factory):
 
 def test_the_venv_imports_the_wheel_not_the_source_tree(installed):
     python, env, site, work = installed
-    where = subprocess.run([python, "-c", "import pipeline.run, transforms.core.advantages, schemas,"
-                            " rollout_relabel.beam;"
-                            "print(pipeline.run.__file__, transforms.core.advantages.__file__, schemas.__file__,"
-                            " rollout_relabel.beam.__file__)"],
+    names = ("rollout_relabel.pipeline.run", "rollout_relabel.transforms.core.advantages", "rollout_relabel.schemas",
+             "rollout_relabel.beam")
+    code = f"import {', '.join(names)}; print({', '.join(n + '.__file__' for n in names)})"
+    where = subprocess.run([python, "-c", code],
                            env=env, cwd=work, capture_output=True, text=True, check=True).stdout.split()
     assert len(where) == 4 and all(w.startswith(str(site)) for w in where), where
 
@@ -66,7 +66,8 @@ def test_portable_runner_with_external_workers_matches_in_process(installed, tmp
                             env=env, cwd=work, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         _wait_for_port(port, pool)
-        proc = subprocess.run([python, "-m", "pipeline", "run", "--input", inputs, "--output", tmp_path / "workers",
+        proc = subprocess.run([python, "-m", "rollout_relabel", "run", "--input", inputs,
+                               "--output", tmp_path / "workers",
                                "--runner=PortableRunner", "--job_endpoint=embed", "--environment_type=EXTERNAL",
                                f"--environment_config=localhost:{port}"],
                               env=env, cwd=work, capture_output=True, text=True, timeout=300)

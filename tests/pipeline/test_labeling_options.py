@@ -1,12 +1,12 @@
 """Version 2 labeling flags: parsed into Labeling / CoreConfig by field name, checked, recorded."""
 import pytest
 
-from pipeline.compare_spec import parse_side, spec_keys
-from pipeline.parse import parse
-from pipeline.settings import labeling, run_settings
-from transforms.core.config import CoreConfig
-from transforms.lib.errors import UsageError
-from transforms.lib.settings import Labeling, RunSettings
+from rollout_relabel.pipeline.compare_spec import parse_side, spec_keys
+from rollout_relabel.pipeline.parse import parse
+from rollout_relabel.pipeline.settings_from_flags import labeling, run_settings
+from rollout_relabel.transforms.core.config import CoreConfig
+from rollout_relabel.transforms.lib.errors import UsageError
+from rollout_relabel.transforms.lib.labeling.settings import Labeling, RunSettings
 
 BASE = ["--input", "in", "--output", "out"]
 

@@ -1,8 +1,8 @@
 """The local runner's thread count: one per core, fewer when the file groups in flight would not fit."""
 import pytest
 
-from pipeline.generate import RunSpec, write_parquet_run
-from pipeline.local_threads import available_memory, local_thread_count
+from rollout_relabel.pipeline.generate import RunSpec, write_parquet_run
+from rollout_relabel.pipeline.local_threads import available_memory, local_thread_count
 from tests.conftest import run_cli
 
 GB = 10 ** 9
@@ -45,8 +45,8 @@ def test_available_memory_honours_a_cgroup_limit(tmp_path):
 
 
 def test_a_dry_run_names_the_threads_chosen(tmp_path, monkeypatch):
-    import pipeline.local_threads as local_threads
-    import pipeline.run as run
+    import rollout_relabel.pipeline.local_threads as local_threads
+    import rollout_relabel.pipeline.run as run
 
     write_parquet_run(RunSpec(steps=3, prompts_per_step=2, files_per_step=1, seed=1), tmp_path / "in")
     monkeypatch.setattr(run, "available_memory", lambda: 100 * GB)
@@ -64,7 +64,7 @@ def test_a_dry_run_names_the_threads_chosen(tmp_path, monkeypatch):
 
 
 def test_pyarrow_decodes_in_parallel_only_where_workers_leave_cores_idle(monkeypatch):
-    import pipeline.local_threads as local_threads
+    import rollout_relabel.pipeline.local_threads as local_threads
 
     monkeypatch.setattr(local_threads, "cores", lambda: 2)
     assert local_threads.parallel_decode(1) is True
@@ -74,8 +74,8 @@ def test_pyarrow_decodes_in_parallel_only_where_workers_leave_cores_idle(monkeyp
 
 @pytest.mark.parametrize("machine_cores, expected", [(2, False), (8, True)])
 def test_a_run_hands_its_decoding_choice_to_the_stages(tmp_path, monkeypatch, machine_cores, expected):
-    import pipeline.local_threads as local_threads
-    import pipeline.run as run
+    import rollout_relabel.pipeline.local_threads as local_threads
+    import rollout_relabel.pipeline.run as run
 
     write_parquet_run(RunSpec(steps=2, prompts_per_step=2, files_per_step=1, seed=3), tmp_path / "in")
     monkeypatch.setattr(run, "available_memory", lambda: 100 * GB)

@@ -1,7 +1,7 @@
 """The pipeline in Beam's multi_processing mode: nothing relies on shared memory or unpicklable state."""
 import os
 
-from pipeline.generate import RunSpec, write_parquet_run
+from rollout_relabel.pipeline.generate import RunSpec, write_parquet_run
 from tests.conftest import run_cli
 
 

@@ -2,9 +2,9 @@
 import pytest
 from apache_beam.options.pipeline_options import TypeOptions
 
-import pipeline.parse as parse_module
-from pipeline.parse import parse
-from transforms.lib.errors import UsageError
+import rollout_relabel.pipeline.parse as parse_module
+from rollout_relabel.pipeline.parse import parse
+from rollout_relabel.transforms.lib.errors import UsageError
 
 RUN = ["--input", "in", "--output", "out"]
 

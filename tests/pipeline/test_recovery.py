@@ -10,9 +10,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from pipeline.generate import RunSpec, write_parquet_run
+from rollout_relabel.pipeline.generate import RunSpec, write_parquet_run
+from rollout_relabel.transforms.lib.worker.faults import ENV
 from tests.conftest import ROOT, run_cli
-from transforms.lib.faults import ENV
 
 
 @pytest.fixture(scope="module")
@@ -37,7 +37,8 @@ def final_files(directory):
 
 
 def relabel(inputs, output, env=None):
-    return subprocess.run([sys.executable, "-m", "pipeline", "run", "--input", str(inputs), "--output", str(output)],
+    return subprocess.run([sys.executable, "-m", "rollout_relabel", "run", "--input", str(inputs),
+                           "--output", str(output)],
                           cwd=ROOT, env=dict(os.environ, **(env or {})), capture_output=True, text=True, timeout=300)
 
 
@@ -73,7 +74,7 @@ def test_kill_at_a_point_then_resume(run_inputs, tmp_path, crash):
 def test_kill_at_an_arbitrary_moment_then_resume(run_inputs, tmp_path, delay):
     inputs, reference = run_inputs
     output = tmp_path / "out"
-    proc = subprocess.Popen([sys.executable, "-m", "pipeline", "run", "--input", str(inputs), "--output",
+    proc = subprocess.Popen([sys.executable, "-m", "rollout_relabel", "run", "--input", str(inputs), "--output",
                              str(output)], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     time.sleep(delay)
     proc.send_signal(signal.SIGKILL)

@@ -14,16 +14,16 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
-from pipeline.generate import RunSpec, write_parquet_run, write_pt_run
+from rollout_relabel.pipeline.generate import RunSpec, write_parquet_run, write_pt_run
+from rollout_relabel.transforms.lib.worker.faults import ENV, FAIL_ENV, PAUSE_ENV
 from tests.conftest import ROOT, run_cli
-from transforms.lib.faults import ENV, FAIL_ENV, PAUSE_ENV
 
 STEP_FILES = ("step-000000-part-00.parquet", "step-000000-part-01.parquet")
 
 
 def relabel(*args, env=None, timeout=300):
     """`relabel` in a fresh process, as a scheduler would start it."""
-    return subprocess.run([sys.executable, "-m", "pipeline", *map(str, args)], cwd=ROOT, capture_output=True,
+    return subprocess.run([sys.executable, "-m", "rollout_relabel", *map(str, args)], cwd=ROOT, capture_output=True,
                           text=True, timeout=timeout, env=dict(os.environ, **(env or {})))
 
 
@@ -31,7 +31,7 @@ def start_slow_run(inputs, output, pause_at: str, seconds: float, until, what: s
     """`relabel run` in its own process, paused `seconds` before committing `pause_at`; returns once
     until() holds (the run took the lease, started writing, ...)."""
     env = dict(os.environ, **{PAUSE_ENV: f"before-rename:{pause_at}:{seconds}"})
-    proc = subprocess.Popen([sys.executable, "-m", "pipeline", "run", "--input", str(inputs), "--output",
+    proc = subprocess.Popen([sys.executable, "-m", "rollout_relabel", "run", "--input", str(inputs), "--output",
                              str(output)], cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True)
     deadline = time.monotonic() + 60
@@ -140,7 +140,7 @@ def test_a_sibling_changed_between_a_kill_and_the_resume(step_run, tmp_path):
 # ---------------------------------------------------------------- 3. an input changed during the run
 
 def test_an_input_replaced_between_plan_and_read_stops_the_run(step_run, tmp_path, monkeypatch):
-    import pipeline.run as run_module
+    import rollout_relabel.pipeline.run as run_module
 
     plan = run_module.read_footers
 

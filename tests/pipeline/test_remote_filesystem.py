@@ -5,7 +5,7 @@ import json
 import pyarrow.parquet as pq
 import pytest
 
-from pipeline.generate import RunSpec, write_parquet_run, write_pt_run
+from rollout_relabel.pipeline.generate import RunSpec, write_parquet_run, write_pt_run
 from tests import memfs
 from tests.conftest import run_cli
 

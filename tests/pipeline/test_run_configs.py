@@ -3,7 +3,7 @@ import os
 
 import pytest
 
-from pipeline.generate import RunSpec, write_parquet_run
+from rollout_relabel.pipeline.generate import RunSpec, write_parquet_run
 from tests import memfs
 from tests.conftest import ROOT, run_cli
 
@@ -145,7 +145,7 @@ def test_a_dask_scheduler_on_this_machine_reads_local_paths(tmp_path, address):
 
 
 def test_a_dask_scheduler_file_says_where_the_scheduler_is(tmp_path, monkeypatch):
-    from pipeline import runner_checks
+    from rollout_relabel.pipeline import runner_checks
 
     monkeypatch.setattr(runner_checks, "mount_type", lambda path: "ext4")
     write_parquet_run(RunSpec(steps=1, prompts_per_step=2, seed=1), tmp_path / "in")
@@ -159,7 +159,7 @@ def test_a_dask_scheduler_file_says_where_the_scheduler_is(tmp_path, monkeypatch
 
 
 def test_a_remote_dask_scheduler_needs_paths_its_workers_mount(tmp_path, monkeypatch, remote_inputs):
-    from pipeline import runner_checks
+    from rollout_relabel.pipeline import runner_checks
 
     write_parquet_run(RunSpec(steps=1, prompts_per_step=2, seed=1), tmp_path / "in")
     remote = ("--config", os.path.join(CONFIGS, "dask.yaml"), "--dask_client_address", "tcp://10.0.0.5:8786")
@@ -180,7 +180,7 @@ def test_a_remote_dask_scheduler_needs_paths_its_workers_mount(tmp_path, monkeyp
 
 
 def test_mount_type_reads_the_mount_holding_a_path(tmp_path):
-    from pipeline.runner_checks import mount_type
+    from rollout_relabel.pipeline.runner_checks import mount_type
 
     mounts = tmp_path / "mounts"
     mounts.write_text("overlay / overlay rw 0 0\nfs1:/scratch /scratch nfs4 rw 0 0\n"
@@ -201,7 +201,7 @@ def test_watch_on_dask_is_a_usage_error_naming_the_runners_that_can(tmp_path):
 
 
 def test_dask_options_need_the_dask_runner_and_the_dask_extra(tmp_path, monkeypatch):
-    from pipeline import parse
+    from rollout_relabel.pipeline import parse
 
     err = run_cli("run", "--input", tmp_path, "--output", tmp_path / "out", "--dask_client_address",
                   "tcp://127.0.0.1:8786", check_codes=(2,)).stderr

@@ -10,18 +10,18 @@ import time
 import pyarrow.parquet as pq
 import pytest
 
-from pipeline.generate import RunSpec, write_parquet_run, write_pt_run
+from rollout_relabel.pipeline.generate import RunSpec, write_parquet_run, write_pt_run
+from rollout_relabel.transforms.core.config import CoreConfig
+from rollout_relabel.transforms.lib.worker.faults import ENV
 from tests.conftest import ROOT, run_cli
 from tests.expected import expected_outputs
-from transforms.core.config import CoreConfig
-from transforms.lib.faults import ENV
 
 POLL = "0.5"
 
 
 def start_watch(inputs, output, *extra, env=None):
     return subprocess.Popen(
-        [sys.executable, "-m", "pipeline", "watch", "--input", str(inputs), "--output", str(output),
+        [sys.executable, "-m", "rollout_relabel", "watch", "--input", str(inputs), "--output", str(output),
          "--poll-interval", POLL, *map(str, extra)],
         cwd=ROOT, env=dict(os.environ, **(env or {})), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 

@@ -10,9 +10,9 @@ import pytest
 import torch
 
 import rollout_relabel
-import schemas
+from rollout_relabel import schemas
+from rollout_relabel.transforms.lib import errors
 from tests.conftest import FIXTURES, ROOT, run_cli
-from transforms.lib import errors
 
 # SEMANTICS.md worked example 1 (rollout-mainstream, grpo, no std): group 0 has rollout 10 (reward 0, one
 # row) and rollout 11 (reward 1, three rows); group 1 has rollout 20 (reward 2, two rows) and 21 (reward 4).

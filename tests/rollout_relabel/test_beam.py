@@ -75,5 +75,5 @@ def test_options_are_checked_when_the_transform_is_built(build, match):
 
 
 def test_assemble_groups_is_the_stage():
-    from transforms.assemble_groups import AssembleGroups
+    from rollout_relabel.transforms.assemble_groups import AssembleGroups
     assert rrb.AssembleGroups is AssembleGroups

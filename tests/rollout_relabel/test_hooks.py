@@ -13,9 +13,9 @@ import torch
 
 import rollout_relabel
 from rollout_relabel.hooks import ZERO_BAD_GROUPS_ENV, BadRollouts, miles, slime
+from rollout_relabel.transforms.core.config import SEMANTICS
 from tests.conftest import ROOT, run_cli
 from tests.samples import ALLOWED, Args, StandInSample, random_samples
-from transforms.core.config import SEMANTICS
 
 ESTIMATORS = ("grpo", "gspo", "cispo", "dr_grpo", "reinforce_plus_plus_baseline", "rloo", "ppo",
               "reinforce_plus_plus")

@@ -9,11 +9,11 @@ import pyarrow.parquet as pq
 import pytest
 from apache_beam.testing.util import assert_that
 
-import schemas
+from rollout_relabel import schemas
+from rollout_relabel.transforms.commit_run import CommitRun
+from rollout_relabel.transforms.lib.output.records import BatchCounts, FileRead, FileWritten, RecordsWritten, RowRecords
 from tests.matchers import manifest_counts
 from tests.transforms.stage_inputs import run_settings
-from transforms.commit_run import CommitRun
-from transforms.lib.records import BatchCounts, FileRead, FileWritten, RecordsWritten, RowRecords
 
 INPUTS = [{"path": "a.parquet", "output": "part-a.parquet", "size": 10, "mtime": 1.0},
           {"path": "b.pt", "output": "part-b.parquet", "size": 5, "mtime": 2.0}]

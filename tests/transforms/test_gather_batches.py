@@ -3,7 +3,7 @@ import apache_beam as beam
 import pyarrow as pa
 from apache_beam.testing.util import assert_that, equal_to
 
-from transforms.gather_batches import GatherBatches
+from rollout_relabel.transforms.gather_batches import GatherBatches
 
 
 def part(rows):

@@ -7,15 +7,15 @@ import pyarrow as pa
 import pytest
 from apache_beam.testing.util import assert_that, equal_to
 
+from rollout_relabel.transforms.core.config import CoreConfig
+from rollout_relabel.transforms.gather_batches import GatherBatches
+from rollout_relabel.transforms.group_advantages import GroupAdvantages
+from rollout_relabel.transforms.lib.labeling.settings import Labeling
+from rollout_relabel.transforms.lib.labeling.slim import extract_slim
+from rollout_relabel.transforms.lib.output.records import COUNTERS, DEAD, FILTERED
+from rollout_relabel.transforms.read_rollouts import ReadRollouts
 from tests.matchers import advantages_by_source, dead_reasons
 from tests.transforms.stage_inputs import NO_STD, advantages, batch_counts, keyed_dead_rows, record, run_settings, write
-from transforms.core.config import CoreConfig
-from transforms.gather_batches import GatherBatches
-from transforms.group_advantages import GroupAdvantages
-from transforms.lib.records import COUNTERS, DEAD, FILTERED
-from transforms.lib.settings import Labeling
-from transforms.lib.slim import extract_slim
-from transforms.read_rollouts import ReadRollouts
 
 
 def slim(source, **columns):

@@ -6,10 +6,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from apache_beam.testing.util import assert_that, equal_to
 
-import schemas
+from rollout_relabel import schemas
+from rollout_relabel.transforms.join_and_write import JoinAndWrite
+from rollout_relabel.transforms.lib.output.records import DEAD, FILTERED, FileRead
 from tests.transforms.stage_inputs import dead_rows, file_written, input_folder, run_settings
-from transforms.join_and_write import JoinAndWrite
-from transforms.lib.records import DEAD, FILTERED, FileRead
 
 # one file, two steps; step 0 relabelled in two batches' worth of result tables, step 1 dead-lettered
 ROWS = dict(step=[0, 0, 0, 1], group_index=[0, 0, 0, 1], rollout_id=[1, 2, 3, 4], reward=[0.0, 1.0, 3.0, 7.0],

@@ -4,12 +4,12 @@ import os
 import apache_beam as beam
 from apache_beam.testing.util import assert_that, equal_to
 
+from rollout_relabel.transforms.gather_batches import GatherBatches
+from rollout_relabel.transforms.group_advantages import GroupAdvantages
+from rollout_relabel.transforms.read_rollouts import ReadRollouts
 from tests.conftest import FIXTURES
 from tests.matchers import advantages_by_source, dead_reasons
 from tests.transforms.stage_inputs import dead_rows, file_read, record, run_settings, write
-from transforms.gather_batches import GatherBatches
-from transforms.group_advantages import GroupAdvantages
-from transforms.read_rollouts import ReadRollouts
 
 
 def slim_part(element):

@@ -6,6 +6,9 @@ import pyarrow.parquet as pq
 import pytest
 from apache_beam.testing.util import assert_that, equal_to
 
+from rollout_relabel.transforms.lib.labeling.settings import Labeling
+from rollout_relabel.transforms.lib.output.records import COUNTERS, DEAD, FILES, FILTERED
+from rollout_relabel.transforms.relabel_file_groups import RelabelFileGroups
 from tests.transforms.stage_inputs import (
     EXAMPLE_1,
     NO_STD,
@@ -17,9 +20,6 @@ from tests.transforms.stage_inputs import (
     input_folder,
     run_settings,
 )
-from transforms.lib.records import COUNTERS, DEAD, FILES, FILTERED
-from transforms.lib.settings import Labeling
-from transforms.relabel_file_groups import RelabelFileGroups
 
 
 def test_two_files_are_relabelled_written_and_dead_lettered(test_pipeline, tmp_path):

@@ -3,10 +3,10 @@ import apache_beam as beam
 import pytest
 from apache_beam.testing.util import assert_that, equal_to
 
+from rollout_relabel.transforms.core.config import CoreConfig
+from rollout_relabel.transforms.lib.labeling.settings import Labeling
+from rollout_relabel.transforms.relabel_groups import RelabelGroups
 from tests.matchers import dead_messages, streamed_advantages
-from transforms.core.config import CoreConfig
-from transforms.lib.settings import Labeling
-from transforms.relabel_groups import RelabelGroups
 
 
 def row(group, index, reward, length, **extra):

@@ -8,9 +8,10 @@ import apache_beam as beam
 import pyarrow.parquet as pq
 from apache_beam.testing.util import assert_that, equal_to
 
+from rollout_relabel.transforms.lib.output import output_files
+from rollout_relabel.transforms.lib.watch import ledger as watch_records
+from rollout_relabel.transforms.relabel_landed_files import RelabelLandedFiles
 from tests.transforms.stage_inputs import EXAMPLE_1, NO_STD, WITH_NAN, input_folder, run_settings
-from transforms.lib import output_files, watch_records
-from transforms.relabel_landed_files import RelabelLandedFiles
 
 # one step over two files: s0a holds group 0 (worked example 1), s0b groups 1 (a NaN: dead) and 2
 S0A = dict(EXAMPLE_1, step=[0] * 4)

@@ -7,11 +7,11 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from transforms.core.config import CoreConfig
-from transforms.core.reasons import CODE
-from transforms.lib.label_batch import core_input_from_slim, label_batch
-from transforms.lib.settings import Labeling, RewardFields
-from transforms.lib.slim import extract_slim, slim_input_columns
+from rollout_relabel.transforms.core.config import CoreConfig
+from rollout_relabel.transforms.core.reasons import CODE
+from rollout_relabel.transforms.lib.labeling.label_batch import core_input_from_slim, label_batch
+from rollout_relabel.transforms.lib.labeling.settings import Labeling, RewardFields
+from rollout_relabel.transforms.lib.labeling.slim import extract_slim, slim_input_columns
 
 
 def slim_of(table, fields):

@@ -5,8 +5,8 @@ import random
 import apache_beam as beam
 from apache_beam.testing.util import assert_that, equal_to
 
+from rollout_relabel.transforms.write_compare_report import SummarizeFn, WriteCompareReport
 from tests.transforms.lib.compare_builders import ONE_FILE, A, B, six_steps
-from transforms.write_compare_report import SummarizeFn, WriteCompareReport
 
 
 def test_the_report_does_not_depend_on_arrival_order():

@@ -2,7 +2,7 @@
 
 Exit codes come from these types, never from an exception's text. A worker
 that stops a run on purpose (RunStopped) also commits a stop record in the
-output directory (transforms/lib/output_dir.py), because runners deliver a
+output directory (transforms/lib/output/output_dir.py), because runners deliver a
 worker's exception to the driver as text; the driver reads the record back
 as the same type.
 """

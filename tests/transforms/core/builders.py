@@ -1,10 +1,10 @@
 """Build CoreInput from readable per-row tuples, and run the core on each backend (test helpers)."""
 import numpy as np
 
-from transforms.core.advantages import compute_advantages
-from transforms.core.arrays import TORCH_CPU
-from transforms.core.reasons import CODE, REASONS
-from transforms.core.types import CoreInput, CoreOutput
+from rollout_relabel.transforms.core.advantages import compute_advantages
+from rollout_relabel.transforms.core.arrays import TORCH_CPU
+from rollout_relabel.transforms.core.reasons import CODE, REASONS
+from rollout_relabel.transforms.core.types import CoreInput, CoreOutput
 
 # numpy (the CPU backend) and torch on the CPU: the torch code path a GPU runs, checked without one
 DEVICES = ["cpu", TORCH_CPU]

@@ -4,8 +4,8 @@ import math
 import numpy as np
 import pytest
 
+from rollout_relabel.transforms.core.config import CoreConfig
 from tests.transforms.core.builders import DEVICES, core_input, reasons, relabel_on
-from transforms.core.config import CoreConfig
 
 
 @pytest.fixture(params=DEVICES)

@@ -3,7 +3,7 @@ import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
 
-from transforms.core.arrays import NumpyArrays
+from rollout_relabel.transforms.core.arrays import NumpyArrays
 
 xp = NumpyArrays()
 

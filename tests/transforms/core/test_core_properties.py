@@ -20,11 +20,11 @@ import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
+from rollout_relabel.transforms.core.config import CoreConfig
+from rollout_relabel.transforms.core.reasons import REASONS
+from rollout_relabel.transforms.core.types import CoreInput
 from tests.reference import Batch, Row, batch_counters, reference_relabel
 from tests.transforms.core.builders import DEVICES, relabel_on
-from transforms.core.config import CoreConfig
-from transforms.core.reasons import REASONS
-from transforms.core.types import CoreInput
 
 ESTIMATORS = ("grpo", "gspo", "cispo", "dr_grpo", "reinforce_plus_plus_baseline", "rloo", "ppo",
               "grpo_passk", "opo", "gpg", "remax", "gdpo")

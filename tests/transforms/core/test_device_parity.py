@@ -10,13 +10,13 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from pipeline.generate import RunSpec, write_parquet_run
+from rollout_relabel.pipeline.generate import RunSpec, write_parquet_run
+from rollout_relabel.transforms.core.arrays import TORCH_CPU
+from rollout_relabel.transforms.core.config import SEMANTICS, CoreConfig
+from rollout_relabel.transforms.lib.labeling.label_batch import label_batch
+from rollout_relabel.transforms.lib.labeling.settings import Labeling
+from rollout_relabel.transforms.lib.labeling.slim import extract_slim
 from tests.expected import expected_outputs
-from transforms.core.arrays import TORCH_CPU
-from transforms.core.config import SEMANTICS, CoreConfig
-from transforms.lib.label_batch import label_batch
-from transforms.lib.settings import Labeling
-from transforms.lib.slim import extract_slim
 
 DEVICE = os.environ.get("RELABEL_TEST_DEVICE", TORCH_CPU)
 ADVANTAGE_GAP = 0.0 if DEVICE == TORCH_CPU else 1e-5

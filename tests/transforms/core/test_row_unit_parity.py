@@ -12,8 +12,8 @@ import math
 import numpy as np
 import pytest
 
+from rollout_relabel.transforms.core.config import CoreConfig
 from tests.transforms.core.builders import DEVICES, core_input, relabel_on
-from transforms.core.config import CoreConfig
 
 EPS, WHITEN = 1e-6, 1e-8
 TOL = 1e-5

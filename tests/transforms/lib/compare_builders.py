@@ -1,9 +1,9 @@
 """Slim tables and labelings for the comparison tests (tests/transforms/lib and the stage WriteCompareReport)."""
 import pyarrow as pa
 
-from transforms.core.config import CoreConfig
-from transforms.lib.compare_batches import compare_batch
-from transforms.lib.settings import Labeling, Side
+from rollout_relabel.transforms.core.config import CoreConfig
+from rollout_relabel.transforms.lib.compare.batches import compare_batch
+from rollout_relabel.transforms.lib.labeling.settings import Labeling, Side
 
 
 def slim(rewards, groups, rollouts, rows=None):

@@ -1,4 +1,0 @@
-from pipeline.cli import entry
-
-if __name__ == "__main__":  # a worker process started by spawn (Dask's LocalCluster) imports this module too
-    entry()

@@ -1,0 +1,221 @@
+"""Each command's own flags, declared once: `relabel run`, `relabel watch`, `relabel compare`.
+
+A labeling flag's dest is the name of its field in transforms/lib/labeling/settings.py
+(`Labeling`) or the core's CoreConfig: pipeline/settings_from_flags.py builds the
+settings from the parsed flags by those names. Everything not declared here
+is a Beam pipeline option (pipeline/parse.py checks it against Beam's own).
+"""
+from __future__ import annotations
+
+import argparse
+
+from rollout_relabel.transforms.core.config import MAINSTREAM_POLICIES, SEMANTICS, SINGLETON_RULES
+from rollout_relabel.transforms.lib.errors import UsageError
+from rollout_relabel.transforms.lib.labeling.settings import DEFAULT_MAX_FILE_BYTES
+
+BEAM_LINE = ("Any Beam pipeline option (--runner, --project, ...) is accepted too: "
+             "`relabel {command} --help-beam` lists them.")
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse that raises UsageError (exit code 2, one line) instead of printing usage and exiting,
+    and keeps the actions it declares (`declared`: run configs map their keys onto them)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.declared: list[argparse.Action] = []
+
+    def add_argument(self, *args, **kwargs):
+        action = super().add_argument(*args, **kwargs)
+        self.declared.append(action)
+        return action
+
+    def group(self, title: str) -> "_Group":
+        """An argument group (shown under `title` in the help) whose actions are declared here too."""
+        return _Group(self, self.add_argument_group(title))
+
+    def error(self, message):
+        raise UsageError(message)
+
+
+class _Group:
+    """An argument group whose actions are declared on its parser too."""
+
+    def __init__(self, parser: Parser, group):
+        self._parser, self._group = parser, group
+
+    def add_argument(self, *args, **kwargs):
+        action = self._group.add_argument(*args, **kwargs)
+        self._parser.declared.append(action)
+        return action
+
+
+class _Layout(argparse.HelpFormatter):
+    """Flags in a 34-column margin, help beside them on a 110-column line: one line per option, mostly."""
+
+    def __init__(self, prog):
+        super().__init__(prog, max_help_position=34, width=110)
+
+
+def _parser(command: str, usage: str, description: str) -> Parser:
+    parser = Parser(prog=f"relabel {command}", usage=f"relabel {command} {usage}", description=description,
+                    allow_abbrev=False, add_help=False, epilog=BEAM_LINE.format(command=command),
+                    formatter_class=_Layout)
+    parser.add_argument("-h", "--help", action="store_true", help="show this help and exit")
+    parser.add_argument("--help-beam", action="store_true", help="list Beam's pipeline options and exit")
+    parser.add_argument("--config", metavar="FILE", action="append",
+                        help="a run config (run_configs/*.yaml); the command line overrides it")
+    return parser
+
+
+def add_labeling(parser: argparse.ArgumentParser) -> None:
+    """How rows are labelled: one flag per field of Labeling / CoreConfig, dest = the field's name."""
+    group = parser.group("labeling")
+    group.add_argument("--semantics", choices=SEMANTICS, default="rollout-mainstream",
+                       help="normalization semantics (docs/semantics.md)")
+    group.add_argument("--estimator", default="grpo",
+                       help="grpo, gspo, cispo, dr_grpo, reinforce_plus_plus_baseline, rloo, grpo_passk, opo, gpg, "
+                            "remax (with --baseline-column), gdpo (with --reward-keys); others pass through")
+    group.add_argument("--std-normalization", dest="std_normalization", action=argparse.BooleanOptionalAction,
+                       default=True, help="divide by the group std (grpo/gspo/cispo; default on)")
+    group.add_argument("--no-rewards-normalization", dest="rewards_normalization", action="store_false",
+                       default=True, help="advantage = reward value, unchanged")
+    group.add_argument("--reward-key", metavar="KEY", help="the reward is a struct/map: use its field KEY")
+    group.add_argument("--reward-keys", dest="reward_keys", type=name_list, action="extend", metavar="K1,K2,...",
+                       help="the reward is a struct/map: its value is the weighted sum of these fields "
+                            "(gdpo: normalized per field)")
+    group.add_argument("--reward-weights", dest="reward_weights", type=float_list, action="extend",
+                       metavar="W1,W2,...", help="one weight per --reward-keys field (default all 1)")
+    group.add_argument("--baseline-column", metavar="COL",
+                       help="remax: each unit's baseline, a column or a dotted path into a struct/map column "
+                            "(e.g. metadata.remax_baseline_reward)")
+    group.add_argument("--singleton-groups", choices=SINGLETON_RULES, default="zero",
+                       help="a one-unit group's advantage: zero (default), or raw (mean 0, std 1, as verl); "
+                            "not with legacy-reshape")
+    group.add_argument("--mainstream", choices=MAINSTREAM_POLICIES,
+                       help="which row of a rollout supplies its reward (rollout semantics only)")
+    group.add_argument("--drop-uniform-groups", action="store_true",
+                       help="groups whose rewards are all equal go to filtered.parquet")
+    group.add_argument("--column", dest="columns", action="append", metavar="NAME=SOURCE",
+                       help="read the interpreted column NAME (reward, step, group_index, index, rollout_id, "
+                            "response_length, loss_mask, remove_sample, status) from SOURCE: a column, or a dotted "
+                            "path into a struct/map column (a number steps into a list: rewards.0); repeatable")
+    group.add_argument("--batch-from", dest="batch_from", choices=("column", "file", "folder"), default="column",
+                       help="the batch: the step column (default; each file without one), each file, or each "
+                            "file's folder")
+    group.add_argument("--group-key", dest="group_key", choices=("verl-uid",),
+                       help="derive the group from part of group_index: verl-uid takes {uid} of verl's "
+                            "{uid}_{session}_{index}")
+    group.add_argument("--format", dest="format", choices=("slime", "miles", "verl", "areal", "nemo-rl", "trl"),
+                       help="a framework's dump layout and default options (docs/formats.md); expanded into "
+                            "flags before the command line's")
+    group.add_argument("--n-samples-per-prompt", type=int, metavar="N", help="positional groups of N rows")
+    group.add_argument("--rollout-batch-size", type=int, metavar="B", help="with N: a batch of N*B rows is sliced")
+
+
+def name_list(text: str) -> list[str]:
+    """`a,b` -> ["a", "b"] (repeating the flag, or a run config's list, adds to it)."""
+    return [part.strip() for part in text.split(",")]
+
+
+def float_list(text: str) -> list[float]:
+    return [float(part) for part in text.split(",")]
+
+
+def _add_io(parser: argparse.ArgumentParser, output_help: str) -> None:
+    group = parser.group("input and output")
+    group.add_argument("--input", dest="inputs", nargs="+", action="extend", metavar="PATH",
+                       help="Parquet, JSONL or .pt files, directories or globs (repeatable)")
+    group.add_argument("--output", help=output_help)
+
+
+def _add_running(parser: argparse.ArgumentParser, command: str) -> None:
+    group = parser.group("running")
+    group.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
+                       help="where the numeric core runs: cpu (numpy), cuda (torch); auto: cuda where present")
+    group.add_argument("--progress", action=argparse.BooleanOptionalAction,
+                       help="files done and rows so far on stderr (default: when stderr is a terminal)")
+    if command == "compare":
+        return
+    group.add_argument("--core-resource-hint", dest="core_resource_hints", action="append", metavar="KEY=VALUE",
+                       help="Beam resource hint for the stage running the core, e.g. min_ram=16GB or "
+                            "accelerator=type:nvidia-l4;count:1;install-nvidia-driver (repeatable)")
+    group.add_argument("--overwrite", action="store_true", help="replace an output made with other options")
+    group.add_argument("--max-file-bytes", type=int, default=DEFAULT_MAX_FILE_BYTES, metavar="N",
+                       help="refuse (dead-letter) an input larger than N bytes before reading it (default 64 GiB)")
+    if command == "run":
+        group.add_argument("--fail-fast", action="store_true",
+                           help="stop at the first bad input and leave no output files")
+        group.add_argument("--max-dead-fraction", type=float, metavar="F",
+                           help="abort (exit 3, nothing committed) when more than F of the rows are dead")
+        group.add_argument("--dry-run", action="store_true",
+                           help="check the options for their runner, print the plan, submit nothing")
+
+
+def run_parser() -> Parser:
+    parser = _parser("run", "--input PATH... --output DIR [options]",
+                     "Relabel stored rollouts into Parquet training rows with advantages.")
+    _add_io(parser, "output directory (local path or any Beam filesystem URL)")
+    add_labeling(parser)
+    _add_running(parser, "run")
+    return parser
+
+
+def watch_parser() -> Parser:
+    parser = _parser("watch", "--input DIR_OR_GLOB --output DIR [options]",
+                     "Relabel rollout files as they land in a folder, until stopped.")
+    _add_io(parser, "output directory (local path or any Beam filesystem URL)")
+    add_labeling(parser)
+    _add_running(parser, "watch")
+    group = parser.group("watching")
+    group.add_argument("--poll-interval", type=float, default=5.0, metavar="S",
+                       help="seconds between two listings of the input (default 5)")
+    group.add_argument("--stop-after-idle", type=float, metavar="S",
+                       help="stop when no input file appeared or changed for S seconds")
+    group.add_argument("--stop-after-files", type=int, metavar="N",
+                       help="stop once N input files were handed to relabelling")
+    group.add_argument("--require-marker", action="store_true",
+                       help="relabel a file only once <file>.done or _SUCCESS in its folder exists")
+    group.add_argument("--step-per-file", action="store_true",
+                       help="each step is written in one file: relabel a step as soon as its file has landed")
+    return parser
+
+
+def compare_parser() -> Parser:
+    parser = _parser("compare", "--input PATH... --a SPEC --b SPEC --report DIR [options]",
+                     "Compare two labelings of the same rollouts: report.json, report.md, plots.")
+    _add_io(parser, argparse.SUPPRESS)
+    group = parser.group("the two labelings")
+    group.add_argument("--a", dest="compare_a", metavar="SPEC",
+                       help="labeling A: SEMANTICS[,estimator=E,std=on|off,KEY=VALUE...], or column:NAME "
+                            "(the advantage stored in the input)")
+    group.add_argument("--b", dest="compare_b", metavar="SPEC",
+                       help="labeling B, the reference: a SEMANTICS spec as for --a")
+    group.add_argument("--report", metavar="DIR", help="directory for report.json, report.md and the plots")
+    add_labeling(parser)
+    parser.set_defaults(output=None)
+    _add_running(parser, "compare")
+    return parser
+
+
+def export_parser() -> Parser:
+    """`relabel export`: plain Python, no Beam options (and so no --help-beam, no --config)."""
+    parser = Parser(prog="relabel export", usage="relabel export --input TRAINING_ROWS_DIR --output DIR --to "
+                    "slime|miles [options]", allow_abbrev=False, add_help=False,
+                    description="Write training rows as slime / miles debug rollout dumps (one <rollout_id>.pt a "
+                                "batch) for --load-debug-rollout-data with --disable-rewards-normalization.",
+                    epilog="docs/training.md: which estimators this gives the same training signal for.")
+    parser.add_argument("-h", "--help", action="store_true", help="show this help and exit")
+    group = parser.group("input and output")
+    group.add_argument("--input", metavar="DIR", help="a complete `relabel run` output (its _manifest.json)")
+    group.add_argument("--output", metavar="DIR", help="where the dumps go (local path or any Beam filesystem URL)")
+    group.add_argument("--to", choices=("slime", "miles"),  # transforms/lib/export/dumps.py LAYOUTS
+                       help="the trainer whose dump layout to write")
+    group = parser.group("running")
+    group.add_argument("--force", action="store_true",
+                       help="export rows made for ppo / reinforce_plus_plus too (not the same training signal)")
+    group.add_argument("--overwrite", action="store_true", help="replace an output made with other options")
+    return parser
+
+
+PARSERS = {"run": run_parser, "watch": watch_parser, "compare": compare_parser, "export": export_parser}

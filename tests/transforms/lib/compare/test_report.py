@@ -1,0 +1,49 @@
+"""The comparison report's files: report.json, report.md and three plots that are not blank."""
+import io
+
+import numpy as np
+
+from rollout_relabel.transforms.lib.compare import report as comparison_report
+from rollout_relabel.transforms.lib.compare.batches import summarize
+from tests.transforms.lib.compare_builders import ONE_FILE, A, B, six_steps
+
+PLOTS = ("scatter.png", "wrong_sign_by_step.png", "group_sizes.png")
+
+
+def _report():
+    results = six_steps()
+    return summarize([r.record for r in results], [ONE_FILE], [g for r in results for g in r.groups],
+                     [p for r in results for p in r.points], A.record(), B.record())
+
+
+def _pixel_std(png: bytes) -> float:
+    import matplotlib.image
+
+    return float(np.std(matplotlib.image.imread(io.BytesIO(png), format="png")[..., :3]))
+
+
+def test_render_writes_every_file_and_plots_are_not_blank():
+    files = comparison_report.render(_report())
+    assert set(files) == {"report.json", "report.md", *PLOTS}
+    for name in PLOTS:
+        assert files[name].startswith(b"\x89PNG") and _pixel_std(files[name]) > 0.05, name
+    md = files["report.md"].decode()
+    assert "- **A**: group-index, estimator grpo, std off (`group-index,std=off`)" in md
+    assert md.count("\n| 5 | 4 | 4 |") == 1  # the step table lists step 5
+    assert comparison_report.render(_report()) == files  # same report, same bytes (PNGs included)
+
+
+def test_an_empty_comparison_still_renders():
+    report = summarize([], [{"name": "bad", "rows": 0, "reason": "unreadable-file", "message": "bad: not Parquet"}],
+                       [], [], A.record(), B.record())
+    assert report["totals"]["files_unreadable"] == 1
+    assert report["totals"]["dead_a_by_reason"] == {"unreadable-file (file)": 1}
+    files = comparison_report.render(report)
+    assert "- bad: unreadable-file: bad: not Parquet" in files["report.md"].decode()
+    assert _pixel_std(files["scatter.png"]) > 0.05
+
+
+def test_write_puts_every_file_in_the_directory(tmp_path):
+    order = comparison_report.write(_report(), str(tmp_path / "report"))
+    assert order[-1] == "report.json"  # last: its presence means the report is complete
+    assert sorted(p.name for p in (tmp_path / "report").iterdir()) == sorted(["report.json", "report.md", *PLOTS])

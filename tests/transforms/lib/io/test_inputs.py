@@ -1,0 +1,43 @@
+"""Expanding --input and naming outputs: unique names that never escape the output directory."""
+import pytest
+
+from rollout_relabel.transforms.lib.errors import UsageError
+from rollout_relabel.transforms.lib.io.inputs import expand_inputs, output_name
+
+
+@pytest.mark.parametrize("path,root,name", [
+    ("/runs/a/0.pt", "/runs/", "part-a__0.parquet"),
+    ("/runs/b/0.pt", "/runs/", "part-b__0.parquet"),
+    ("/runs/x.parquet", "/runs/", "part-x.parquet"),
+    ("/runs/../../etc/passwd.pt", "/runs/", "part-etc__passwd.parquet"),
+    ("/runs/we ird;name$.pt", "/runs/", "part-we_ird_name_.parquet"),
+    ("gs://bucket/run/step=3/0.parquet", "gs://bucket/run/", "part-step=3__0.parquet"),
+])
+def test_output_names_are_flat_and_safe(path, root, name):
+    assert output_name(path, root) == name
+    assert "/" not in name and ".." not in name.replace("part-", "")
+
+
+def test_directory_recursion_skips_hidden_outputs_and_other_files(tmp_path):
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / "0.pt").write_bytes(b"x")
+    (tmp_path / "b.parquet").write_bytes(b"x")
+    (tmp_path / "notes.txt").write_text("x")
+    (tmp_path / "_manifest.json").write_text("{}")
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "part-b.parquet").write_bytes(b"x")  # our own output inside the input folder
+    files = expand_inputs([str(tmp_path)], str(tmp_path / "out"))
+    assert [f.output for f in files] == ["part-a__0.parquet", "part-b.parquet"]
+
+
+def test_colliding_output_names_are_a_usage_error(tmp_path):
+    (tmp_path / "x").mkdir()
+    (tmp_path / "x" / "0.pt").write_bytes(b"x")
+    (tmp_path / "x" / "0.parquet").write_bytes(b"x")
+    with pytest.raises(UsageError, match="would both write part-0.parquet"):
+        expand_inputs([str(tmp_path / "x")], str(tmp_path / "out"))
+
+
+def test_missing_input_is_a_usage_error(tmp_path):
+    with pytest.raises(UsageError, match="no such file"):
+        expand_inputs([str(tmp_path / "nope")], str(tmp_path / "out"))

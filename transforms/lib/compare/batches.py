@@ -1,0 +1,310 @@
+"""Two labelings of the same batch, compared row by row: pure functions, no Beam.
+
+compare_batch:  one batch's slim rows -> its counts, its differing groups, a sample of (a, b) points
+summarize:      every batch's results -> the report dict that report.json holds
+
+Definitions (README, "Comparing semantics"):
+- compared rows: rows written (neither dead-lettered nor filtered) under both labelings;
+- zero: |x| <= ZERO_TOL;
+- agree: |a - b| <= AGREE_ABS + AGREE_REL * |b|;
+- wrong sign: both non-zero and sign(a) != sign(b);
+- groups are B's prompt groups; a group differs when one of its rows does not agree or is not
+  written under A.
+- a stored side (`--a column:NAME`, Side.stored_column): A's advantage is the value the input stores at
+  NAME, not computed; a row whose stored value is null or absent is dead under A (STORED_MISSING), one
+  whose value is NaN or infinite too (STORED_NON_FINITE). A's groups are then B's groups with a row live
+  under A, uniform when all of those rows are zero.
+"""
+from __future__ import annotations
+
+import zlib
+from dataclasses import dataclass, field
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from rollout_relabel.transforms.lib.labeling.label_batch import BatchResult, concat_slim, dense_keys, label_batch
+from rollout_relabel.transforms.lib.labeling.settings import Side
+from rollout_relabel.transforms.lib.output.dead_letters import split_by_source
+
+ZERO_TOL = 1e-6
+AGREE_ABS = 1e-6
+AGREE_REL = 1e-5
+SAMPLE_POINTS = 2000   # (a, b) points kept for the scatter, whatever the run's size
+LISTED_GROUPS = 100    # differing groups listed by name, largest |a - b| first
+
+LIVE, DEAD, FILTERED = 0, 1, 2
+STORED_MISSING = "stored-advantage-missing"
+STORED_NON_FINITE = "stored-advantage-non-finite"
+COUNTS = ("rows", "compared", "dead_a", "dead_b", "filtered_a", "filtered_b", "dead_both", "agree", "wrong_sign",
+          "zero_to_nonzero", "nonzero_to_zero", "nonzero_a", "nonzero_b", "groups_a", "groups_b", "groups_differing",
+          "uniform_groups_a", "uniform_groups_b")
+
+
+@dataclass
+class BatchComparison:
+    record: dict                                 # counts of the batch (COUNTS and more), JSON-able
+    groups: list[dict] = field(default_factory=list)
+    points: list[tuple] = field(default_factory=list)  # (sample key, file name, row, a, b)
+
+
+def batch_label(batch_key: str, names: dict[str, str]) -> tuple[int | None, str]:
+    """(step, label): `step=N` -> (N, "N"); a file batch -> (None, the file's name relative to its root)."""
+    kind, _, value = batch_key.partition("=")
+    if kind == "step":
+        return int(value), value
+    return None, names.get(value, value)
+
+
+def compare_batch(batch_key: str, parts: list[tuple[str, pa.Table]], prompt_group_sizes, a: Side, b: Side,
+                  names: dict[str, str], device: str = "cpu") -> BatchComparison:
+    """Label one batch twice (the pipeline's own label_batch) and compare row by row; a stored side A
+    (a.stored_column) is read from the slim rows' `stored_advantage` instead of being labelled.
+
+    names maps each source path to its name relative to its --input root: labels and the
+    sample do not depend on where the run is stored.
+    """
+    step, label = batch_label(batch_key, names)
+    parts = sorted(parts, key=lambda part: part[0])
+    side_b = label_batch(batch_key, parts, prompt_group_sizes, b.labeling, device)
+    adv_b, state_b, group_b = _aligned(side_b, parts)
+    slim = concat_slim([t for _, t in parts]) if parts else None
+    if a.stored_column is None:
+        side_a = label_batch(batch_key, parts, prompt_group_sizes, a.labeling, device)
+        adv_a, state_a, _ = _aligned(side_a, parts)
+        dead_a_by_reason = _reasons(side_a.dead)
+        groups_a, uniform_groups_a = side_a.counters.groups, side_a.counters.uniform_groups
+    else:
+        adv_a, state_a, dead_a_by_reason = _stored(slim, len(adv_b))
+        groups_a, uniform_groups_a = _stored_groups(adv_a, state_a, group_b)
+    n = len(adv_a)
+    file_rows = np.concatenate([np.asarray(t.column("row")) for _, t in parts]) if parts else np.zeros(0, np.int64)
+    file_names = np.repeat(np.array([names.get(s, s) for s, _ in parts], dtype=object),
+                           [t.num_rows for _, t in parts])
+
+    compared = (state_a == LIVE) & (state_b == LIVE)
+    delta = np.abs(adv_a - adv_b)
+    agree = compared & (delta <= AGREE_ABS + AGREE_REL * np.abs(adv_b))
+    zero_a, zero_b = np.abs(adv_a) <= ZERO_TOL, np.abs(adv_b) <= ZERO_TOL
+    wrong_sign = compared & ~zero_a & ~zero_b & (np.sign(adv_a) != np.sign(adv_b))
+    differs = (state_b == LIVE) & ~agree  # rows of B's groups that A did not label the same
+
+    record = {
+        "batch": batch_key, "step": step, "label": label,
+        "rows": n, "compared": int(compared.sum()),
+        "dead_a": int((state_a == DEAD).sum()), "dead_b": int((state_b == DEAD).sum()),
+        "dead_both": int(((state_a == DEAD) & (state_b == DEAD)).sum()),
+        "filtered_a": int((state_a == FILTERED).sum()), "filtered_b": int((state_b == FILTERED).sum()),
+        "dead_a_by_reason": dead_a_by_reason, "dead_b_by_reason": _reasons(side_b.dead),
+        "agree": int(agree.sum()), "wrong_sign": int(wrong_sign.sum()),
+        "zero_to_nonzero": int((compared & zero_a & ~zero_b).sum()),
+        "nonzero_to_zero": int((compared & ~zero_a & zero_b).sum()),
+        "nonzero_a": int((compared & ~zero_a).sum()), "nonzero_b": int((compared & ~zero_b).sum()),
+        "sum_abs_delta": float(delta[compared].sum()) if compared.any() else 0.0,
+        "max_abs_delta": float(delta[compared].max()) if compared.any() else 0.0,
+        "groups_a": groups_a, "groups_b": side_b.counters.groups,
+        "uniform_groups_a": uniform_groups_a, "uniform_groups_b": side_b.counters.uniform_groups,
+    }
+    groups, record["groups_differing"], record["group_sizes"] = _groups(
+        slim, group_b, differs, wrong_sign, delta, compared, state_a, file_names, file_rows, label)
+    points = _sample(compared, file_names, file_rows, adv_a, adv_b)
+    return BatchComparison(record, sorted(groups, key=group_rank), points)
+
+
+def _aligned(side: BatchResult, parts):
+    """The side's advantage, row state and prompt group, in the batch's row order (parts sorted by source)."""
+    sizes = [t.num_rows for _, t in parts]
+    n = int(sum(sizes))
+    advantage = np.full(n, np.nan)
+    state = np.full(n, LIVE, dtype=np.int8)
+    group = np.full(n, -1, dtype=np.int64)
+    dead = split_by_source(side.dead) if side.dead.num_rows else {}
+    filtered = split_by_source(side.filtered) if side.filtered.num_rows else {}
+    offset = 0
+    for (source, slim), size in zip(parts, sizes):
+        file_rows = np.asarray(slim.column("row"))  # ascending: extract_slim keeps file order
+        result = side.results.get(source)
+        if result is not None and result.num_rows:
+            at = offset + np.searchsorted(file_rows, np.asarray(result.column("row")))
+            advantage[at] = np.asarray(result.column("advantage"), dtype=np.float64)
+            group[at] = np.asarray(result.column("prompt_group"))
+        for records, kind in ((dead.get(source), DEAD), (filtered.get(source), FILTERED)):
+            if records is not None:
+                state[offset + np.searchsorted(file_rows, np.asarray(records.column("row")))] = kind
+        offset += size
+    return advantage, state, group
+
+
+def _stored(slim, n: int):
+    """A stored side's advantage, row state and dead reasons, in the batch's row order."""
+    if slim is None or "stored_advantage" not in slim.column_names:
+        return np.full(n, np.nan), np.full(n, DEAD, dtype=np.int8), ({STORED_MISSING: n} if n else {})
+    column = slim.column("stored_advantage").combine_chunks()
+    missing = np.asarray(column.is_null())
+    advantage = np.asarray(pc.fill_null(column, np.nan), dtype=np.float64)
+    non_finite = ~missing & ~np.isfinite(advantage)
+    state = np.where(missing | non_finite, DEAD, LIVE).astype(np.int8)
+    reasons = {reason: int(count) for reason, count in ((STORED_MISSING, missing.sum()),
+                                                        (STORED_NON_FINITE, non_finite.sum())) if count}
+    return np.where(state == LIVE, advantage, np.nan), state, reasons
+
+
+def _stored_groups(adv_a, state_a, group_b) -> tuple[int, int]:
+    """A stored side's groups: B's groups with a row live under A; uniform when all those rows are zero."""
+    live = (group_b >= 0) & (state_a == LIVE)
+    if not live.any():
+        return 0, 0
+    g = group_b[live]
+    rows = np.bincount(g)
+    nonzero = np.bincount(g, weights=np.abs(adv_a[live]) > ZERO_TOL, minlength=len(rows))
+    return int((rows > 0).sum()), int(((rows > 0) & (nonzero == 0)).sum())
+
+
+def _reasons(dead: pa.Table) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for reason in dead.column("reason").to_pylist():  # dead rows only: rare
+        counts[reason] = counts.get(reason, 0) + 1
+    return dict(sorted(counts.items()))
+
+
+def _groups(slim, group_b, differs, wrong_sign, delta, compared, state_a, file_names, file_rows, label):
+    """B's groups that differ (at most LISTED_GROUPS, with their fan-out), their count and the batch's
+    group-size histogram; vectorized over rows (a step may hold many groups)."""
+    live = np.flatnonzero(group_b >= 0)
+    if not len(live):
+        return [], 0, {}
+    g = group_b[live]
+    n_groups = int(g.max()) + 1
+    size = np.bincount(g, minlength=n_groups)
+    differing = np.bincount(g, weights=differs[live], minlength=n_groups).astype(np.int64)
+    histogram: dict[str, list[int]] = {}
+    for s, d in zip(size[size > 0], differing[size > 0]):
+        entry = histogram.setdefault(str(int(s)), [0, 0])
+        entry[0] += 1
+        entry[1] += int(d > 0)
+
+    keys = dense_keys(slim)[1]
+    rollout = np.where(np.asarray(keys.is_valid()), np.asarray(pc.fill_null(keys, 0)), -1 - np.arange(len(group_b)))
+    pairs, fan = np.unique(np.stack([g, rollout[live]]), axis=1, return_counts=True)
+    rollouts = np.bincount(pairs[0], minlength=n_groups)
+    max_fanout = np.zeros(n_groups, dtype=np.int64)
+    np.maximum.at(max_fanout, pairs[0], fan)
+    wrong = np.bincount(g, weights=wrong_sign[live], minlength=n_groups).astype(np.int64)
+    unwritten = np.bincount(g, weights=state_a[live] != LIVE, minlength=n_groups).astype(np.int64)
+    largest = np.full(n_groups, -1.0)
+    hit = live[compared[live]]
+    np.maximum.at(largest, group_b[hit], delta[hit])
+    first = np.full(n_groups, len(group_b))
+    np.minimum.at(first, g, live)
+
+    candidates = np.flatnonzero(differing)
+    # group_rank, vectorized: groups with rows A does not write (or no compared row) first, then largest |a - b|
+    worst = np.where((unwritten[candidates] > 0) | (largest[candidates] < 0), np.inf, largest[candidates])
+    listed = candidates[np.lexsort((candidates, -worst))[:LISTED_GROUPS]]
+    group_index = slim.column("group_index")
+    out = [{
+        "label": label, "group": int(k), "group_index": group_index[int(first[k])].as_py(),
+        "first_row": f"{file_names[first[k]]}:{int(file_rows[first[k]])}",
+        "rows": int(size[k]), "rollouts": int(rollouts[k]), "max_fanout": int(max_fanout[k]),
+        "rows_differing": int(differing[k]), "wrong_sign": int(wrong[k]), "not_written_under_a": int(unwritten[k]),
+        "max_abs_delta": float(largest[k]) if largest[k] >= 0 else None,
+    } for k in listed]
+    return out, len(candidates), histogram
+
+
+def group_rank(group: dict):
+    """Largest |a - b| first (groups not written under A first of all), then by name: a total order."""
+    worst = float("inf") if group["max_abs_delta"] is None or group["not_written_under_a"] else group["max_abs_delta"]
+    return (-worst, group["label"], group["group"])
+
+
+def sample_keys(name: str, file_rows: np.ndarray) -> np.ndarray:
+    """A pseudo-random key per (file name, row): the sample is the rows with the smallest keys (splitmix64)."""
+    x = (np.uint64(zlib.crc32(name.encode())) << np.uint64(32)) ^ file_rows.astype(np.uint64)
+    with np.errstate(over="ignore"):
+        x = x + np.uint64(0x9E3779B97F4A7C15)
+        x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return x ^ (x >> np.uint64(31))
+
+
+def _sample(compared, file_names, file_rows, adv_a, adv_b) -> list[tuple]:
+    at = np.flatnonzero(compared)
+    if not len(at):
+        return []
+    keys = np.empty(len(at), dtype=np.uint64)
+    for name in np.unique(file_names[at]):
+        mine = file_names[at] == name
+        keys[mine] = sample_keys(str(name), file_rows[at[mine]])
+    keep = at[np.argsort(keys, kind="stable")[:SAMPLE_POINTS]]
+    keys = keys[np.argsort(keys, kind="stable")[:SAMPLE_POINTS]]
+    return [(int(k), str(file_names[i]), int(file_rows[i]), float(adv_a[i]), float(adv_b[i]))
+            for k, i in zip(keys, keep)]
+
+
+# ---------------------------------------------------------------- the whole run
+
+def step_order(record: dict):
+    return (0, record["step"], "") if record["step"] is not None else (1, 0, record["label"])
+
+
+def summarize(batches: list[dict], files: list[dict], groups: list[dict], points: list[tuple], a: dict,
+              b: dict) -> dict:
+    """The report: totals, per-step rows, group-size histogram, listed groups, scatter sample.
+
+    Inputs may arrive in any order; everything is sorted here, so the same run gives the same report.
+    """
+    batches = sorted(batches, key=step_order)
+    files = sorted(files, key=lambda f: f["name"])
+    totals = {name: sum(r[name] for r in batches) for name in COUNTS}
+    totals["batches"] = len(batches)
+    totals["rows_in_files"] = sum(f["rows"] for f in files)
+    totals["files"] = len(files)
+    totals["files_unreadable"] = sum(1 for f in files if f["reason"])
+    totals["sum_abs_delta"] = float(sum(r["sum_abs_delta"] for r in batches))
+    totals["max_abs_delta"] = max((r["max_abs_delta"] for r in batches), default=0.0)
+    for side in ("a", "b"):
+        reasons: dict[str, int] = {}
+        for r in batches:
+            for reason, count in r[f"dead_{side}_by_reason"].items():
+                reasons[reason] = reasons.get(reason, 0) + count
+        for f in files:
+            if f["reason"]:
+                reasons[f"{f['reason']} (file)"] = reasons.get(f"{f['reason']} (file)", 0) + 1
+        totals[f"dead_{side}_by_reason"] = dict(sorted(reasons.items()))
+    _add_fractions(totals)
+    steps = []
+    for r in batches:
+        step = {k: v for k, v in r.items() if k not in ("group_sizes", "batch")}
+        _add_fractions(step)
+        steps.append(step)
+    histogram: dict[int, list[int]] = {}
+    for r in batches:
+        for size, (count, differing) in r["group_sizes"].items():
+            entry = histogram.setdefault(int(size), [0, 0])
+            entry[0] += count
+            entry[1] += differing
+    return {
+        "a": a, "b": b,
+        "definitions": {"zero": f"|x| <= {ZERO_TOL:g}", "agree": f"|a - b| <= {AGREE_ABS:g} + {AGREE_REL:g} * |b|",
+                        "wrong_sign": "both non-zero and sign(a) != sign(b)",
+                        "compared": "rows written (not dead-lettered, not filtered) under both A and B",
+                        "groups": "B's prompt groups; a group differs when a row does not agree or A does not "
+                                  "write it"},
+        "totals": totals,
+        "steps": steps,
+        "group_sizes": [{"rows": size, "groups": count, "differing": differing}
+                        for size, (count, differing) in sorted(histogram.items())],
+        "differing_groups": sorted(groups, key=group_rank)[:LISTED_GROUPS],
+        "unreadable_files": [f for f in files if f["reason"]],
+        "scatter_sample": {"of_rows": totals["compared"],
+                           "points": [[p[3], p[4]] for p in sorted(points)[:SAMPLE_POINTS]]},
+    }
+
+
+def _add_fractions(counts: dict) -> None:
+    compared = counts["compared"]
+    for name in ("agree", "wrong_sign", "zero_to_nonzero", "nonzero_to_zero"):
+        counts[f"{name}_fraction"] = counts[name] / compared if compared else None
+    counts["mean_abs_delta"] = counts["sum_abs_delta"] / compared if compared else None

@@ -1,0 +1,253 @@
+"""The comparison report's files: report.json, report.md and three PNG plots. No Beam.
+
+render(report) -> {file name: bytes}; write(report, directory) writes them atomically
+(each under a temporary name, then renamed) through transforms/lib/io/filesystem.py, so the report can
+live on any filesystem the pipeline can write.
+"""
+from __future__ import annotations
+
+import io
+import json
+
+from rollout_relabel.transforms.lib.compare.batches import AGREE_ABS, AGREE_REL, ZERO_TOL
+from rollout_relabel.transforms.lib.output import output_files
+
+REPORT_JSON = "report.json"
+REPORT_MD = "report.md"
+SCATTER_PNG = "scatter.png"
+WRONG_SIGN_PNG = "wrong_sign_by_step.png"
+GROUP_SIZES_PNG = "group_sizes.png"
+PLOTS = (SCATTER_PNG, WRONG_SIGN_PNG, GROUP_SIZES_PNG)
+STEPS_LISTED = 50   # report.md lists this many steps; report.json holds every one
+GROUPS_LISTED = 20
+
+AGREE_COLOR, DIFFER_COLOR, WRONG_COLOR = "#4c72b0", "#dd8452", "#c44e52"
+
+
+def render(report: dict) -> dict[str, bytes]:
+    return {
+        REPORT_JSON: (json.dumps(report, indent=1, sort_keys=True) + "\n").encode(),
+        REPORT_MD: markdown(report).encode(),
+        SCATTER_PNG: scatter_png(report),
+        WRONG_SIGN_PNG: wrong_sign_png(report),
+        GROUP_SIZES_PNG: group_sizes_png(report),
+    }
+
+
+def write(report: dict, directory: str) -> list[str]:
+    """Plots first, report.json last: its presence means the report is complete."""
+    files = render(report)
+    order = [name for name in files if name != REPORT_JSON] + [REPORT_JSON]
+    for name in order:
+        output_files.write_bytes_atomically(files[name], directory, name)
+    return order
+
+
+# ---------------------------------------------------------------- text
+
+def side_text(side: dict) -> str:
+    if side.get("stored_column"):
+        return f"stored advantage, column {side['stored_column']}"
+    parts = [side["semantics"], f"estimator {side['estimator']}", f"std {'on' if side['std_normalization'] else 'off'}"]
+    if not side["rewards_normalization"]:
+        parts.append("no rewards normalization")
+    if side["mainstream"]:
+        parts.append(f"mainstream {side['mainstream']}")
+    if side["n_samples_per_prompt"]:
+        parts.append(f"n {side['n_samples_per_prompt']}")
+    if side["rollout_batch_size"]:
+        parts.append(f"batch size {side['rollout_batch_size']}")
+    if side["drop_uniform_groups"]:
+        parts.append("uniform groups dropped")
+    # version 2 options: in a record only when not at their default
+    if side.get("singleton_groups"):
+        parts.append(f"one-unit groups {side['singleton_groups']}")
+    if side.get("reward_keys"):
+        weights = side.get("reward_weights")
+        parts.append(f"reward keys {','.join(side['reward_keys'])}"
+                     + (f" weighted {','.join(f'{w:g}' for w in weights)}" if weights else ""))
+    if side.get("baseline_column"):
+        parts.append(f"baseline {side['baseline_column']}")
+    return ", ".join(parts)
+
+
+def _pct(count, fraction) -> str:
+    return f"{count}" if fraction is None else f"{count} ({100 * fraction:.1f}%)"
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|")  # `|a - b|` inside a Markdown table cell
+
+
+def _num(value) -> str:
+    return "n/a" if value is None else f"{value:.4g}"
+
+
+def totals_rows(report: dict) -> list[tuple[str, str]]:
+    """(what, value) lines of the totals table, shared by report.md and the CLI summary."""
+    t = report["totals"]
+
+    def dead(side):
+        reasons = t[f"dead_{side}_by_reason"]
+        listed = " (" + ", ".join(f"{k}: {v}" for k, v in reasons.items()) + ")" if reasons else ""
+        return f"{t[f'dead_{side}']}" + listed
+
+    return [
+        ("rows", f"{t['rows']} in {t['batches']} batches, {t['files']} files ({t['files_unreadable']} unreadable)"),
+        ("compared (written under A and B)", str(t["compared"])),
+        ("agree within tolerance", _pct(t["agree"], t["agree_fraction"])),
+        ("wrong sign", _pct(t["wrong_sign"], t["wrong_sign_fraction"])),
+        ("zero -> non-zero", _pct(t["zero_to_nonzero"], t["zero_to_nonzero_fraction"])),
+        ("non-zero -> zero", _pct(t["nonzero_to_zero"], t["nonzero_to_zero_fraction"])),
+        ("non-zero advantages A -> B", f"{t['nonzero_a']} -> {t['nonzero_b']}"),
+        ("mean / max |a - b|", f"{_num(t['mean_abs_delta'])} / {_num(t['max_abs_delta'])}"),
+        ("groups A / B (B differing)", f"{t['groups_a']} / {t['groups_b']} ({t['groups_differing']})"),
+        ("dead-lettered rows A", dead("a")),
+        ("dead-lettered rows B", dead("b")),
+        ("filtered rows A / B", f"{t['filtered_a']} / {t['filtered_b']}"),
+    ]
+
+
+def _axis_name(side: dict) -> str:
+    return f"stored ({side['stored_column']})" if side.get("stored_column") else side["semantics"]
+
+
+def markdown(report: dict) -> str:
+    a, b = report["a"], report["b"]
+    lines = ["# Labeling comparison", "",
+             f"- **A**: {side_text(a)}" + (f" (`{a['spec']}`)" if a["spec"] else ""),
+             f"- **B**: {side_text(b)}" + (f" (`{b['spec']}`)" if b["spec"] else ""), "",
+             "| | A vs B |", "|---|---:|"]
+    lines += [f"| {_cell(what)} | {_cell(value)} |" for what, value in totals_rows(report)]
+    d = report["definitions"]
+    lines += ["", f"Zero: {d['zero']}. Agree: {d['agree']}. Wrong sign: {d['wrong_sign']}. Compared: "
+              f"{d['compared']}. Groups: {d['groups']}.", "",
+              f"![A against B]({SCATTER_PNG})", "", f"![wrong sign by step]({WRONG_SIGN_PNG})", "",
+              f"![group sizes]({GROUP_SIZES_PNG})", "", "## Per step", "",
+              "| step | rows | compared | agree | wrong sign | zero -> non-zero | non-zero -> zero | non-zero A -> B "
+              "| mean / max \\|a - b\\| | dead A / B | groups differing |",
+              "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for s in report["steps"][:STEPS_LISTED]:
+        lines.append(f"| {s['label']} | {s['rows']} | {s['compared']} | {_pct(s['agree'], s['agree_fraction'])} | "
+                     f"{_pct(s['wrong_sign'], s['wrong_sign_fraction'])} | "
+                     f"{_pct(s['zero_to_nonzero'], s['zero_to_nonzero_fraction'])} | "
+                     f"{_pct(s['nonzero_to_zero'], s['nonzero_to_zero_fraction'])} | {s['nonzero_a']} -> "
+                     f"{s['nonzero_b']} | {_num(s['mean_abs_delta'])} / {_num(s['max_abs_delta'])} | "
+                     f"{s['dead_a']} / {s['dead_b']} | {s['groups_differing']} of {s['groups_b']} |")
+    if len(report["steps"]) > STEPS_LISTED:
+        lines.append(f"\n({len(report['steps']) - STEPS_LISTED} more steps in {REPORT_JSON})")
+    groups = report["differing_groups"][:GROUPS_LISTED]
+    lines += ["", "## Groups that differ most", ""]
+    if groups:
+        lines += ["| step | group | group_index | first row | rows | rollouts | max fan-out | rows differing | "
+                  "wrong sign | not written under A | max \\|a - b\\| |", "|---|---:|---:|---|" + "---:|" * 7]
+        lines += [f"| {g['label']} | {g['group']} | {g['group_index']} | {g['first_row']} | {g['rows']} | "
+                  f"{g['rollouts']} | {g['max_fanout']} | {g['rows_differing']} | {g['wrong_sign']} | "
+                  f"{g['not_written_under_a']} | {_num(g['max_abs_delta'])} |" for g in groups]
+        lines.append(f"\n({report['totals']['groups_differing']} groups differ in all; {REPORT_JSON} lists up to "
+                     f"{len(report['differing_groups'])})")
+    else:
+        lines.append("No group differs.")
+    if report["unreadable_files"]:
+        lines += ["", "## Unreadable files", ""] + [f"- {f['name']}: {f['reason']}: {f['message']}"
+                                                     for f in report["unreadable_files"]]
+    return "\n".join(lines) + "\n"
+
+
+# ---------------------------------------------------------------- plots
+
+def _figure(width=6.4, height=4.8):
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    figure = Figure(figsize=(width, height), dpi=100, layout="constrained")
+    FigureCanvasAgg(figure)
+    return figure
+
+
+def _png(figure) -> bytes:
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png", metadata={"Software": None})  # no version stamp: same bytes each run
+    return buffer.getvalue()
+
+
+def _classify(a: float, b: float) -> str:
+
+    if abs(a - b) <= AGREE_ABS + AGREE_REL * abs(b):
+        return "agree"
+    if abs(a) > ZERO_TOL and abs(b) > ZERO_TOL and (a > 0) != (b > 0):
+        return "wrong sign"
+    return "differ"
+
+
+def scatter_png(report: dict) -> bytes:
+    sample = report["scatter_sample"]
+    points = sample["points"]
+    figure = _figure()
+    axes = figure.add_subplot()
+    kinds = {"agree": ([], [], AGREE_COLOR, "o", 12, 0.5), "differ": ([], [], DIFFER_COLOR, "o", 12, 0.5),
+             "wrong sign": ([], [], WRONG_COLOR, "X", 40, 0.85)}
+    for a, b in points:
+        xs, ys, *_ = kinds[_classify(a, b)]
+        xs.append(a)
+        ys.append(b)
+    for name, (xs, ys, color, marker, size, alpha) in kinds.items():
+        if xs:  # many rows share a value (0/1 rewards): translucent markers show where they pile up
+            axes.scatter(xs, ys, s=size, alpha=alpha, color=color, marker=marker, label=f"{name} ({len(xs)})",
+                         linewidths=0)
+    if points:
+        low = min(min(p) for p in points)
+        high = max(max(p) for p in points)
+        pad = 0.05 * (high - low or 1.0)
+        axes.plot([low - pad, high + pad], [low - pad, high + pad], color="0.4", linestyle="--", linewidth=1,
+                  label="a = b")
+        axes.legend(loc="upper left", fontsize=9)
+    else:
+        axes.text(0.5, 0.5, "no row written under both labelings", ha="center", va="center",
+                  transform=axes.transAxes)
+    axes.axhline(0, color="0.8", linewidth=0.8, zorder=0)
+    axes.axvline(0, color="0.8", linewidth=0.8, zorder=0)
+    axes.set_xlabel(f"A: {_axis_name(report['a'])} advantage")
+    axes.set_ylabel(f"B: {_axis_name(report['b'])} advantage")
+    shown = f"{len(points)} of {sample['of_rows']} rows" if len(points) < sample["of_rows"] else \
+        f"all {sample['of_rows']} rows"
+    axes.set_title(f"A against B, {shown}")
+    return _png(figure)
+
+
+def wrong_sign_png(report: dict) -> bytes:
+    steps = report["steps"]
+    figure = _figure(max(6.4, min(16.0, 0.25 * len(steps) + 2)), 4.0)
+    axes = figure.add_subplot()
+    x = list(range(len(steps)))
+    differ = [100 * (1 - s["agree_fraction"]) if s["agree_fraction"] is not None else 0 for s in steps]
+    wrong = [100 * s["wrong_sign_fraction"] if s["wrong_sign_fraction"] is not None else 0 for s in steps]
+    axes.bar(x, differ, color=DIFFER_COLOR, alpha=0.45, label="not agreeing")
+    axes.bar(x, wrong, color=WRONG_COLOR, label="wrong sign")
+    step_every = max(1, len(steps) // 20)
+    axes.set_xticks(x[::step_every], [s["label"] for s in steps][::step_every],
+                    rotation=45 if len(steps) > 8 else 0, fontsize=8)
+    axes.set_ylim(0, 118)  # room for the legend above the 100% bars
+    axes.set_yticks(range(0, 101, 20))
+    axes.set_xlabel("step")
+    axes.set_ylabel("% of compared rows")
+    axes.set_title("Rows with the wrong sign, per step")
+    axes.legend(loc="upper center", ncol=2, fontsize=9)
+    return _png(figure)
+
+
+def group_sizes_png(report: dict) -> bytes:
+    sizes = report["group_sizes"]
+    figure = _figure(6.4, 4.0)
+    axes = figure.add_subplot()
+    x = [s["rows"] for s in sizes]  # on a number line: a gap in the sizes shows as a gap
+    same = [s["groups"] - s["differing"] for s in sizes]
+    differing = [s["differing"] for s in sizes]
+    axes.bar(x, same, width=0.8, color=AGREE_COLOR, label="groups that agree")
+    axes.bar(x, differing, width=0.8, bottom=same, color=WRONG_COLOR, label="groups that differ")
+    axes.xaxis.get_major_locator().set_params(integer=True)
+    axes.set_xlabel("rows in the prompt group (B's groups; more rows than rollouts = fan-out)")
+    axes.set_ylabel("groups")
+    axes.set_title("Group sizes")
+    axes.legend(loc="upper right", fontsize=9)
+    return _png(figure)

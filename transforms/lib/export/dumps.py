@@ -1,0 +1,381 @@
+"""`relabel export`: a training-rows directory -> slime / miles debug rollout dumps, one `<rollout_id>.pt` a batch.
+
+Each dump has the layout `--save-debug-rollout-data` writes (`{"rollout_id", "samples"}`, miles with
+`"metadata"` between them), its samples in their batch order, every field as it was read (rows of .pt
+inputs are rebuilt through their dump record, dump_record.py), and three fields relabelled: `reward` =
+the row's advantage, `metadata["raw_reward"]` = its raw reward, `loss_mask` = the final training mask.
+Dead-lettered and filtered rows are not exported; each batch's losses are counted by reason.
+
+The output directory follows `relabel run`'s rules: files committed by rename, an options record
+written first (what an interrupted export resumes with), the manifest last (a rerun over a complete
+output is a no-op), and an output made with other options is refused unless --overwrite.
+No Beam here apart from the file layer (filesystem.py).
+"""
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+from collections import Counter
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from rollout_relabel import schemas
+from rollout_relabel.transforms.lib.errors import ExitCode, UsageError
+from rollout_relabel.transforms.lib.export import dump_layout as dump_record
+from rollout_relabel.transforms.lib.io import filesystem
+from rollout_relabel.transforms.lib.labeling.settings import PROJECT, project_version
+from rollout_relabel.transforms.lib.output import output_files
+from rollout_relabel.transforms.lib.output.manifest import MANIFEST_NAME
+
+LAYOUTS = ("slime", "miles")
+# slime and miles feed the reward of these estimators to GAE / discounted returns as a terminal reward
+TERMINAL_REWARD_ESTIMATORS = ("ppo", "reinforce_plus_plus")
+OPTIONS_NAME = "_export.json"   # written first: the options the directory's dumps are made with
+EXPORT_VERSION = 1
+ADDED = tuple(f.name for f in schemas.TRAINING_COLUMNS if f.name != "loss_mask")
+
+
+@dataclass(frozen=True)
+class ExportSettings:
+    input: str
+    output: str
+    to: str
+    force: bool = False
+    overwrite: bool = False
+    version: str = field(default_factory=project_version)
+
+    def __post_init__(self):
+        if self.to not in LAYOUTS:
+            raise UsageError(f"--to {self.to!r}: choose one of {', '.join(LAYOUTS)}")
+
+
+@dataclass
+class Part:
+    """One part file of the training rows: the input it came from, its dump record when a .pt dump."""
+    path: str           # the input file
+    output: str         # part-<stem>.parquet
+    record: dict | None
+
+
+@dataclass
+class Batch:
+    """One training step's rows, as the run batched them; one dump."""
+    key: str                                     # the run's batch key: step=N or file=PATH
+    rollout_id: int | None
+    parts: list[tuple[Part, list[int] | None]]   # (part, its rows of this batch; None: all)
+    rows: int = 0                                # rows exported
+    dead: Counter = field(default_factory=Counter)
+    filtered: Counter = field(default_factory=Counter)
+
+    @property
+    def file(self) -> str:
+        return f"{self.rollout_id}.pt"
+
+    @property
+    def sources(self) -> list[str]:
+        return [part.path for part, _ in self.parts]
+
+
+@dataclass
+class ExportPlan:
+    run: dict                      # the run record of the training rows' manifest
+    input_digest: str              # sha256 of that manifest
+    batches: list[Batch]           # in rollout_id order
+    lost_batches: list[Batch]      # batches none of whose rows was written
+    lost_inputs: list[dict]        # inputs the run could not read: {path, reason}
+    numbered: bool                 # no batch had a step: numbered from 0 in input order
+
+
+# --- planning --------------------------------------------------------------------------------------------
+
+
+def plan_export(input_dir: str) -> ExportPlan:
+    """The batches of a complete training-rows directory, their rollout ids and their losses."""
+    manifest_path = filesystem.join(input_dir, MANIFEST_NAME)
+    if not filesystem.exists(manifest_path):
+        raise UsageError(f"--input {input_dir}: no {MANIFEST_NAME}: not a complete `relabel run` output "
+                         "(a run writes its manifest last; rerun an interrupted one)")
+    with filesystem.open_read(manifest_path) as handle:
+        raw = handle.read()
+    manifest = json.loads(raw)
+    if not isinstance(manifest.get("run"), dict) or not isinstance(manifest.get("inputs"), list):
+        raise UsageError(f"--input {input_dir}: {MANIFEST_NAME} is not a `relabel run` manifest")
+    if (manifest.get("watch") or {}).get("state", "stopped") != "stopped":
+        raise UsageError(f"--input {input_dir}: `relabel watch` is still writing it; export once the watch stopped")
+
+    parts, lost_inputs = [], []
+    for entry in manifest["inputs"]:
+        if not entry.get("output"):
+            lost_inputs.append({"path": entry["path"], "reason": entry.get("unreadable") or "no rows written"})
+            continue
+        parts.append(_part(input_dir, entry, manifest["fingerprint"]))
+
+    batches: dict[str, Batch] = {}
+    for part in parts:
+        for key, rollout_id, rows, count in _batches_of(input_dir, part):
+            batch = batches.setdefault(key, Batch(key, rollout_id, []))
+            batch.parts.append((part, rows))
+            batch.rows += count
+    lost = _losses(input_dir, manifest, batches)
+    kept = [b for b in batches.values() if b.rows]
+    numbered = _number(kept)
+    _refuse_shared_ids(kept)
+    return ExportPlan(manifest["run"], hashlib.sha256(raw).hexdigest(), sorted(kept, key=lambda b: b.rollout_id),
+                      sorted(lost + [b for b in batches.values() if not b.rows], key=lambda b: b.key),
+                      lost_inputs, numbered)
+
+
+def _part(input_dir: str, entry: dict, fingerprint: str) -> Part:
+    path = filesystem.join(input_dir, entry["output"])
+    if not filesystem.exists(path):
+        raise UsageError(f"--input {input_dir}: {entry['output']} is listed in the manifest but missing")
+    with filesystem.open_read(path) as handle:
+        metadata = pq.ParquetFile(handle).metadata.metadata or {}
+    lineage = json.loads(metadata.get(output_files.LINEAGE_KEY, b"{}"))
+    if lineage.get("fingerprint") != fingerprint:
+        raise UsageError(f"--input {input_dir}: {entry['output']} was not written by the run of its manifest "
+                         f"(fingerprint {lineage.get('fingerprint')} != {fingerprint})")
+    record = dump_record.read(metadata)
+    if record is None and entry["path"].lower().endswith((".pt", ".pth")):
+        raise UsageError(f"--input {input_dir}: {entry['output']} (from {entry['path']}) carries no dump record: "
+                         "it was written before relabel export existed; rerun `relabel run --overwrite` on the dumps")
+    return Part(entry["path"], entry["output"], record)
+
+
+def _batches_of(input_dir: str, part: Part):
+    """(batch key, rollout id, rows of the part (None: all), row count) for each batch of the part's rows."""
+    if part.record is not None:  # a dump: one batch
+        rollout_id = dump_record.top_level(part.record).get("rollout_id")
+        yield (f"file={part.path}", rollout_id if _is_int(rollout_id) else None, None,
+               len(dump_record.kept_rows(part.record)))
+        return
+    with filesystem.open_read(filesystem.join(input_dir, part.output)) as handle:
+        parquet = pq.ParquetFile(handle)
+        if "step" not in parquet.schema_arrow.names:
+            yield f"file={part.path}", None, None, parquet.metadata.num_rows
+            return
+        steps = parquet.read(columns=["step"]).column("step").to_pylist()
+    rows: dict[int, list[int]] = {}
+    for position, step in enumerate(steps):
+        rows.setdefault(step, []).append(position)
+    for step, positions in rows.items():
+        yield f"step={step}", step, positions if len(positions) < len(steps) else None, len(positions)
+
+
+def _losses(input_dir: str, manifest: dict, batches: dict[str, Batch]) -> list[Batch]:
+    """Count each batch's dead and filtered rows by reason; the batches known only from them (all rows lost)."""
+    only_lost: dict[str, Batch] = {}
+    for kind in ("dead", "filtered"):
+        records = []
+        for path in _record_files(input_dir, manifest["dead_letters" if kind == "dead" else "filtered"]):
+            with filesystem.open_read(path) as handle:
+                records += pq.read_table(handle, columns=["source", "row", "batch", "reason"]).to_pylist()
+        for record in records:
+            if record["row"] is None:  # a whole file: among the lost inputs
+                continue
+            key = record["batch"]
+            batch = batches.get(key) or only_lost.setdefault(key, Batch(key, _step_of(key), []))
+            getattr(batch, kind)[record["reason"]] += 1
+    return list(only_lost.values())
+
+
+def _record_files(input_dir: str, section: dict | None) -> list[str]:
+    """dead_letters.parquet (relabel run), or the per-input files under dead_letters/ (relabel watch)."""
+    name = (section or {}).get("file")
+    if not name:
+        return []
+    if name.endswith("/"):
+        found = filesystem.match(filesystem.join(input_dir, name.rstrip("/"), "*.parquet"))
+        return sorted(m.path for m in found if not m.path.replace("\\", "/").rsplit("/", 1)[-1].startswith("."))
+    return [filesystem.join(input_dir, name)]
+
+
+def _step_of(key: str):
+    step = key.removeprefix("step=")
+    return int(step) if step != key and step.lstrip("-").isdigit() else None
+
+
+def _number(batches: list[Batch]) -> bool:
+    """Give batches without a step (or dump rollout_id) one, when none has: 0, 1, ... in input order."""
+    missing = [b for b in batches if b.rollout_id is None]
+    if not missing:
+        return False
+    if len(missing) < len(batches):
+        raise UsageError(f"the batch of {missing[0].sources[0]} has no step (nor a dump rollout_id) while other "
+                         "batches have one: its dump cannot be named; export the two kinds separately")
+    for number, batch in enumerate(sorted(batches, key=lambda b: b.sources[0])):
+        batch.rollout_id = number
+    return True
+
+
+def _refuse_shared_ids(batches: list[Batch]) -> None:
+    seen: dict[int, Batch] = {}
+    for batch in sorted(batches, key=lambda b: b.key):
+        other = seen.setdefault(batch.rollout_id, batch)
+        if other is not batch:
+            raise UsageError(f"two batches would both be written as {batch.file}: {other.key} and {batch.key}; "
+                             "export them into separate directories")
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def refuse_terminal_reward_estimators(run: dict, force: bool) -> None:
+    estimator = run.get("estimator")
+    if estimator in TERMINAL_REWARD_ESTIMATORS and not force:
+        raise UsageError(
+            f"the training rows were made for estimator {estimator}: slime and miles place a {estimator} reward "
+            "at the last response token as a terminal reward ("
+            + ("GAE with the critic's values" if estimator == "ppo" else "discounted returns")
+            + "), so an advantage written as the reward is not the same training signal; "
+            "pass --force to export anyway (docs/training.md)")
+
+
+# --- one batch's dump ------------------------------------------------------------------------------------
+
+
+def build_dump(input_dir: str, batch: Batch, to: str, read=None) -> dict:
+    """The batch's dump as the trainer's --save-debug-rollout-data writes it, relabelled."""
+    read = read or (lambda output: read_part(input_dir, output))
+    samples, top = [], {}
+    for part, rows in batch.parts:
+        table = read(part.output)
+        if rows is not None:
+            table = table.take(pa.array(rows, pa.int64()))
+        columns = {name: table.column(name).to_pylist() for name in table.column_names}
+        if part.record is not None:
+            restored = dump_record.restore_samples(part.record, columns)
+            top = dump_record.top_level(part.record)
+        else:
+            restored = [_parquet_sample(columns, i) for i in range(table.num_rows)]
+        for i, sample in enumerate(restored):
+            _relabel(sample, columns["advantage"][i], columns["raw_reward"][i], columns["loss_mask"][i], batch)
+        samples += restored
+    dump = {"rollout_id": batch.rollout_id}
+    if to == "miles":
+        metadata = top.get("metadata") if isinstance(top.get("metadata"), dict) else {}
+        dump["metadata"] = _kept_group_sizes(metadata, batch)
+    dump["samples"] = samples
+    return dump
+
+
+def read_part(input_dir: str, output: str) -> pa.Table:
+    with filesystem.open_read(filesystem.join(input_dir, output)) as handle:
+        return pq.read_table(handle)
+
+
+def _parquet_sample(columns: dict[str, list], i: int) -> dict:
+    """A Parquet row as a sample: its columns (the run's training columns apart), and the keys
+    Sample.from_dict cannot do without."""
+    sample = {name: values[i] for name, values in columns.items() if name not in ADDED}
+    if sample.get("status") is None:
+        sample["status"] = "truncated" if columns["truncated"][i] else "completed"
+    return sample
+
+
+def _relabel(sample: dict, advantage: float, raw_reward: float, loss_mask: list[int], batch: Batch) -> None:
+    metadata = sample.get("metadata")
+    if metadata is None:
+        metadata = {}
+    elif not isinstance(metadata, dict):
+        raise UsageError(f"batch {batch.key}: a sample's metadata is a {type(metadata).__name__}, not a dict: "
+                         "metadata['raw_reward'] cannot be set")
+    sample["reward"] = advantage
+    metadata = metadata.copy()
+    metadata["raw_reward"] = raw_reward
+    sample["metadata"] = metadata
+    sample["loss_mask"] = loss_mask
+
+
+def _kept_group_sizes(metadata: dict, batch: Batch) -> dict:
+    """miles' metadata, its prompt_group_sizes counting only the rows exported (a group may drop to 0)."""
+    sizes = metadata.get("prompt_group_sizes")
+    part, rows = batch.parts[0]
+    if not isinstance(sizes, list) or part.record is None or "kept" not in part.record:
+        return metadata
+    if sum(sizes) != part.record["rows"]:
+        return metadata
+    group_of = [g for g, size in enumerate(sizes) for _ in range(size)]
+    kept = Counter(group_of[row] for row in part.record["kept"])
+    return dict(metadata, prompt_group_sizes=[kept.get(g, 0) for g in range(len(sizes))])
+
+
+def dump_bytes(dump: dict) -> bytes:
+    import torch  # only to write the dumps
+
+    buffer = io.BytesIO()
+    torch.save(dump, buffer)
+    return buffer.getvalue()
+
+
+# --- the output directory --------------------------------------------------------------------------------
+
+
+def fingerprint(settings: ExportSettings, plan: ExportPlan) -> str:
+    """What decides the dumps' bytes: the layout, the training rows (their manifest) and the project version."""
+    record = {"to": settings.to, "input_manifest_sha256": plan.input_digest, "export_version": EXPORT_VERSION,
+              "project": PROJECT, "project_version": settings.version}
+    return hashlib.sha256(json.dumps(record, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def same_place(a: str, b: str) -> bool:
+    if "://" in a or "://" in b:
+        return a.rstrip("/") == b.rstrip("/")
+    return os.path.abspath(a) == os.path.abspath(b)
+
+
+def read_json(output: str, name: str) -> dict | None:
+    return output_files.read_json(filesystem.join(output, name))
+
+
+def remove_export_outputs(output: str, names) -> None:
+    """The manifest first (nothing looks complete meanwhile), the options record, temporary files, `names`."""
+    paths = [filesystem.join(output, n) for n in dict.fromkeys([MANIFEST_NAME, OPTIONS_NAME, *names])]
+    paths += [m.path for m in filesystem.match(filesystem.join(output, output_files.TEMP_PREFIX + "*"))]
+    filesystem.delete_existing(paths)
+
+
+def write_json(output: str, name: str, content: dict) -> None:
+    output_files.write_bytes_atomically((json.dumps(content, indent=2, sort_keys=True) + "\n").encode(), output, name)
+
+
+def build_manifest(settings: ExportSettings, plan: ExportPlan, fingerprint_: str) -> dict:
+    """What the export wrote: per batch its file, samples, sources and losses; the inputs it could not export."""
+    batches = [{
+        "rollout_id": b.rollout_id, "file": b.file, "samples": b.rows, "sources": b.sources,
+        "dead": dict(sorted(b.dead.items())), "filtered": dict(sorted(b.filtered.items())),
+        "short": bool(b.dead or b.filtered),
+    } for b in plan.batches]
+    lost = [{"batch": b.key, "dead": dict(sorted(b.dead.items())), "filtered": dict(sorted(b.filtered.items()))}
+            for b in plan.lost_batches]
+    return {
+        "export_version": EXPORT_VERSION,
+        "fingerprint": fingerprint_,
+        "export": {"to": settings.to, "input": settings.input, "input_manifest_sha256": plan.input_digest,
+                   "force": settings.force, "numbered": plan.numbered, "project": PROJECT,
+                   "project_version": settings.version},
+        "run": plan.run,
+        "counts": {
+            "batches": len(batches), "samples": sum(b["samples"] for b in batches),
+            "samples_dead": sum(sum(b.dead.values()) for b in plan.batches + plan.lost_batches),
+            "samples_filtered": sum(sum(b.filtered.values()) for b in plan.batches + plan.lost_batches),
+            "batches_short": sum(b["short"] for b in batches), "batches_lost": len(lost),
+            "inputs_lost": len(plan.lost_inputs),
+        },
+        "batches": batches,
+        "lost_batches": lost,
+        "lost_inputs": plan.lost_inputs,
+    }
+
+
+def exit_code(manifest: dict) -> ExitCode:
+    """DEAD_LETTERS when the trainer will miss rows the run read (dead rows, lost batches or inputs);
+    filtered rows alone were dropped on purpose (--drop-uniform-groups)."""
+    counts = manifest["counts"]
+    lost = counts["samples_dead"] or counts["batches_lost"] or counts["inputs_lost"]
+    return ExitCode.DEAD_LETTERS if lost else ExitCode.OK

@@ -1,0 +1,321 @@
+"""Live slime / miles Sample objects -> the numeric core's CoreInput, with no Arrow (and no Beam).
+
+The reward hooks (rollout_relabel/hooks/) run inside the trainer on the
+samples of one step. They read the same things slim.py reads from a dump's
+columns (reward value, trainable tokens, group and rollout keys) and find the
+same row problems, with the same reason codes and messages, straight from the
+objects' attributes. The texts of the row problems are defined here once and
+used by slim.py too; tests/transforms/lib/hooks/test_sample_core.py holds the two
+paths equal on random samples.
+
+Where slim.py decides by a column's Arrow type (a reward column of dicts, a
+float group_index), this module infers the type Arrow would give the same
+Python values, so a field of the wrong kind is refused for every row, as
+`relabel run` refuses the dump's column. One case is left out: bools mixed
+with numbers in one field, which Arrow types by the order they come in.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from operator import attrgetter, itemgetter
+
+import numpy as np
+
+from rollout_relabel.transforms.core.reasons import CODE
+from rollout_relabel.transforms.core.types import CoreInput
+
+# A response longer than this is not a real rollout; building its mask would exhaust memory.
+MAX_RESPONSE_TOKENS = 1 << 24
+# the interpreted fields, in the order of Sample's fields (and so of a dump's columns)
+FIELD_ORDER = ("group_index", "index", "rollout_id", "response_length", "loss_mask", "remove_sample")
+
+
+# --- the texts of row problems (slim.py says the same) ------------------------------------------------------
+
+FLOAT32_MAX = float(np.finfo(np.float32).max)
+
+
+def ill_typed_text(name, kind, expected) -> str:
+    return f"column `{name}` has type {kind}, expected {expected}"
+
+
+def negative_length_text(length) -> str:
+    return f"response_length is {length}"
+
+
+def too_large_text(tokens) -> str:
+    return f"response of {tokens} tokens is over the {MAX_RESPONSE_TOKENS} limit"
+
+
+def mask_length_text(mask_len, length) -> str:
+    return f"len(loss_mask) is {mask_len} but response_length is {length}"
+
+
+def null_mask_text(nulls, mask_len) -> str:
+    return f"loss_mask holds {nulls} null value(s) among its {mask_len}"
+
+
+def reward_type_text(kind, reward_key) -> str:
+    """non-numeric-reward / missing-reward-key for the whole reward column."""
+    if reward_key is None:
+        hint = "; pass --reward-key to pick a field" if kind.startswith(("struct<", "map<")) else ""
+        return f"reward has type {kind}{hint}"
+    return f"--reward-key {reward_key!r} given but reward has type {kind}"
+
+
+# --- the adapter ----------------------------------------------------------------------------------------------
+
+@dataclass
+class SampleRows:
+    """One step's samples as the core sees them, and what was wrong with them."""
+    core: CoreInput
+    reward: np.ndarray          # float64 reward values (0 where a row has a problem)
+    details: dict[int, str]     # row -> the text of its problem
+
+
+def rows_from_samples(samples, reward_key: str | None = None) -> SampleRows:
+    """The core's input for one batch of Sample-like objects (attributes as slime / miles Sample has them).
+
+    Cost: one sum() over each loss mask (the trainer's own rollout_mask_sums does the same), the rest
+    C-level passes over the attributes and numpy.
+    """
+    n = len(samples)
+    problem = np.zeros(n, dtype=np.int64)
+    details: dict[int, str] = {}
+
+    def flag(rows, reason, describe):
+        for i in rows:
+            i = int(i)
+            if problem[i] == 0:
+                problem[i] = CODE[reason]
+                details[i] = describe(i)
+
+    # as slim.py's usable_columns, in the fields' order: a column of the wrong type is refused whole
+    ints = {}
+    masks = _field(samples, "loss_mask")
+    removes = _field(samples, "remove_sample")
+    mask_len, mask_sum, nulls, mask_kind = _mask_stats(masks)
+    has_mask = np.array([m is not None for m in masks], dtype=bool)
+    remove = np.zeros(n, dtype=bool)
+    for name in FIELD_ORDER:
+        if name == "loss_mask":
+            if mask_kind is not None:
+                flag(range(n), "ill-typed-column",
+                     lambda i: ill_typed_text("loss_mask", mask_kind, "a list of integers"))
+                has_mask[:] = False
+                mask_len, mask_sum, nulls = (np.zeros(n, dtype=np.int64) for _ in range(3))
+            continue
+        if name == "remove_sample":
+            kinds = _kinds(removes)
+            kind = arrow_type(removes, kinds)
+            if kind not in ("bool", "null"):
+                flag(range(n), "ill-typed-column",
+                     lambda i, kind=kind: ill_typed_text("remove_sample", kind, "booleans"))
+            elif kind == "bool":
+                remove = np.array(removes if type(None) not in kinds else [r is True for r in removes], dtype=bool)
+            continue
+        values = _field(samples, name)
+        kinds = _kinds(values)
+        kind = arrow_type(values, kinds)
+        if kind == "double" and _integral(values):
+            values = [None if v is None else int(v) for v in values]
+        elif kind not in ("int64", "null"):
+            flag(range(n), "ill-typed-column", lambda i, name=name, kind=kind: ill_typed_text(name, kind, "integers"))
+            kind = "null"
+        ints[name] = _int_array(values, kinds, absent=kind == "null")
+
+    if n and not hasattr(samples[0], "reward") and not any(hasattr(s, "reward") for s in samples):
+        flag(range(n), "missing-column", lambda i: "the file has no `reward` column")
+        reward = np.zeros(n)
+    else:
+        reward = _reward_values(_field(samples, "reward"), reward_key, flag)
+
+    response_length, given = ints["response_length"]
+    length = np.where(given, response_length, mask_len)
+    flag(np.flatnonzero(given & (length < 0)), "negative-length", lambda i: negative_length_text(length[i]))
+    flag(np.flatnonzero((length > MAX_RESPONSE_TOKENS) | (mask_len > MAX_RESPONSE_TOKENS)),
+         "value-too-large", lambda i: too_large_text(max(length[i], mask_len[i])))
+    flag(np.flatnonzero(has_mask & given & (mask_len != length)), "mask-length",
+         lambda i: mask_length_text(mask_len[i], length[i]))
+    flag(np.flatnonzero(has_mask & (nulls > 0)), "null-mask-value", lambda i: null_mask_text(nulls[i], mask_len[i]))
+    trainable = np.where(remove, 0, np.where(has_mask, mask_sum, np.maximum(length, 0))).astype(np.int64)
+
+    (rollout_id, has_rollout_id), (index, has_index) = ints["rollout_id"], ints["index"]
+    group_index, has_group_index = ints["group_index"]
+    reward = np.where(problem == 0, reward, 0.0)
+    core = CoreInput(
+        batch=np.zeros(n, dtype=np.int64),
+        reward=reward,
+        trainable=trainable,
+        mask_sum=trainable,
+        group_index=group_index,
+        has_group_index=has_group_index,
+        rollout_key=np.where(has_rollout_id, rollout_id, index),
+        has_rollout_key=has_rollout_id | has_index,
+        row_problem=problem,
+        num_batches=1,
+        prompt_group_sizes=[None],
+    )
+    return SampleRows(core, reward, details)
+
+
+def _field(samples, name) -> list:
+    """Every sample's attribute `name` (None where a sample has none)."""
+    try:
+        return list(map(attrgetter(name), samples))
+    except AttributeError:
+        return [getattr(s, name, None) for s in samples]
+
+
+def _kinds(values) -> set:
+    return set(map(type, values))
+
+
+def _int_array(values, kinds, absent: bool):
+    """(int64 values, valid) of an integer field; all invalid when the field is absent (or refused)."""
+    n = len(values)
+    if absent:
+        return np.zeros(n, dtype=np.int64), np.zeros(n, dtype=bool)
+    if type(None) not in kinds:
+        return np.array(values, dtype=np.int64), np.ones(n, dtype=bool)
+    valid = np.array([v is not None for v in values], dtype=bool)
+    return np.array([0 if v is None else v for v in values], dtype=np.int64), valid
+
+
+def _mask_stats(masks):
+    """Per mask (numpy): length, sum (nulls as 0), null count; and the mask column's type when it is not
+    integers.
+
+    One sum() per mask, as the trainer's own rollout_mask_sums: the masks are walked once. Only when a
+    mask looks odd (a float sum, bools, not a list) is the column's type inferred, walking every mask.
+    """
+    n = len(masks)
+    kinds = _kinds(masks)
+    if kinds == {list}:  # the common case: every sample has a list
+        try:
+            sums = list(map(sum, masks))
+        except TypeError:  # a null inside a mask (or not numbers): the per-mask path says which
+            pass
+        else:
+            lengths = np.fromiter(map(len, masks), dtype=np.int64, count=n)
+            if _kinds(sums) <= {int} and bool not in _first_kinds(masks):
+                return lengths, np.array(sums, dtype=np.int64), np.zeros(n, dtype=np.int64), None
+    lengths, sums, nulls = [0] * n, [0] * n, [0] * n
+    odd = not kinds <= {list, type(None)}
+    for i, mask in enumerate(masks):
+        if type(mask) is not list:
+            continue
+        lengths[i] = len(mask)
+        try:
+            total = sum(mask)
+        except TypeError:  # a None (null) among the values, or not numbers at all
+            nulls[i] = sum(v is None for v in mask)
+            try:
+                total = sum(v for v in mask if v is not None)
+            except TypeError:
+                odd = True
+                continue
+        if type(total) is not int or (mask and type(mask[0]) is bool):
+            odd = True
+        sums[i] = total
+    kind = arrow_type(masks) if odd else None
+    stats = (np.array(lengths, dtype=np.int64), np.array([s if type(s) is int else 0 for s in sums], dtype=np.int64),
+             np.array(nulls, dtype=np.int64))
+    return (*stats, None if kind in (None, "list<item: int64>", "null") else kind)
+
+
+def _first_kinds(masks) -> set:
+    try:
+        return _kinds(map(itemgetter(0), masks))
+    except IndexError:  # an empty mask
+        return {type(m[0]) for m in masks if m}
+
+
+def _reward_values(rewards, reward_key, flag) -> np.ndarray:
+    """The reward value of each row as slim.py's _reward_values finds it, problems flagged."""
+    n = len(rewards)
+    everyone = range(n)
+    kind = arrow_type(rewards, _kinds(rewards))
+    if reward_key is None:
+        if kind not in ("int64", "double"):
+            flag(everyone, "non-numeric-reward", lambda i: reward_type_text(kind, None))
+            return np.zeros(n)
+        values = rewards
+    elif kind.startswith("struct<"):
+        names = list(dict.fromkeys(k for r in rewards if r is not None for k in r))
+        if reward_key not in names:
+            flag(everyone, "missing-reward-key",
+                 lambda i: f"reward struct has no field {reward_key!r} (fields: {', '.join(names)})")
+            return np.zeros(n)
+        values = [None if r is None else r.get(reward_key) for r in rewards]
+        flag([i for i in everyone if rewards[i] is not None and values[i] is None], "missing-reward-key",
+             lambda i: f"reward[{reward_key!r}] is null")
+        inner = arrow_type(values)
+        if inner not in ("int64", "double"):
+            flag(everyone, "non-numeric-reward", lambda i: f"reward[{reward_key!r}] has type {inner}")
+            return np.zeros(n)
+    else:
+        flag(everyone, "missing-reward-key", lambda i: reward_type_text(kind, reward_key))
+        return np.zeros(n)
+    if None in values:
+        numbers = np.array([math.nan if v is None else float(v) for v in values], dtype=np.float64)
+        flag([i for i, r in enumerate(rewards) if r is None], "non-numeric-reward", lambda i: "reward is null")
+    else:
+        numbers = np.array(values, dtype=np.float64)
+    exact = [i for i, v in enumerate(values) if isinstance(v, int) and not isinstance(v, bool) and abs(v) > 2 ** 53]
+    flag(exact, "value-too-large",
+         lambda i: f"reward {values[i]} is an integer beyond 2**53: no float holds it exactly")
+    flag(np.flatnonzero(~np.isfinite(numbers)), "non-finite-reward", lambda i: f"reward is {numbers[i]}")
+    # as slim.py: rewards and advantages are written as float32
+    flag(np.flatnonzero(np.isfinite(numbers) & (np.abs(numbers) > FLOAT32_MAX)), "value-too-large",
+         lambda i: f"reward {numbers[i]!r} does not fit float32 (largest {FLOAT32_MAX:.6g})")
+    return numbers
+
+
+def _integral(values) -> bool:
+    present = [v for v in values if v is not None]
+    return all(math.isfinite(v) and v == round(v) for v in present) and (
+        not present or max(abs(v) for v in present) < 2 ** 53)
+
+
+# --- the type Arrow infers for a column of Python values ----------------------------------------------------
+
+_NAMES = {type(None): "null", bool: "bool", int: "int64", float: "double", str: "string", bytes: "binary"}
+
+
+def _scalar_name(kinds) -> str:
+    kinds = set(kinds)
+    if kinds <= {int, float} and kinds:
+        return "double" if float in kinds else "int64"
+    return _NAMES.get(next(iter(kinds)), "string") if len(kinds) == 1 else "null" if not kinds else "string"
+
+
+def arrow_type(values, kinds: set | None = None) -> str:
+    """The name of the type pa.array(values) gives, with samples.py's rule: a column Arrow cannot type
+    (mixed kinds, an empty struct) is JSON text, "string". Covers scalars, dicts and lists.
+    kinds: set(map(type, values)) when the caller has it."""
+    kinds = (set(map(type, values)) if kinds is None else kinds) - {type(None)}
+    if not kinds:
+        return "null"
+    if kinds <= set(_NAMES):
+        return _scalar_name(kinds) if not (bool in kinds and len(kinds) > 1) else "string"
+    if kinds == {dict}:
+        present = [v for v in values if v is not None]
+        names = list(dict.fromkeys(k for v in present for k in v))
+        if not names or not all(type(k) is str for k in names):
+            return "string"
+        fields = [(k, arrow_type([v.get(k) for v in present])) for k in names]
+        if any(kind == "string" and not _all_strings([v.get(k) for v in present]) for k, kind in fields):
+            return "string"
+        return "struct<" + ", ".join(f"{k}: {kind}" for k, kind in fields) + ">"
+    if kinds == {list}:
+        item = arrow_type([x for v in values if v is not None for x in v])
+        if item == "string" and not _all_strings([x for v in values if v is not None for x in v]):
+            return "string"
+        return f"list<item: {item}>"
+    return "string"
+
+
+def _all_strings(values) -> bool:
+    return all(v is None or type(v) is str for v in values)

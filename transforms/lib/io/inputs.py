@@ -1,0 +1,112 @@
+"""Expand --input paths (files, directories, globs) into files and their output names."""
+from __future__ import annotations
+
+import os
+import posixpath
+import re
+from dataclasses import dataclass
+
+from rollout_relabel.transforms.lib.errors import MissingInput, UsageError
+from rollout_relabel.transforms.lib.io import filesystem
+from rollout_relabel.transforms.lib.io.readers import ROLLOUT_SUFFIXES
+
+GLOB_CHARS = re.compile(r"[*?\[]")
+SAFE = re.compile(r"[^A-Za-z0-9._=-]+")
+
+
+@dataclass(frozen=True)
+class InputFile:
+    path: str
+    output: str          # part-<stem>.parquet, unique, never a path
+    size: int
+    mtime: float
+    problem: str | None = None  # why the file cannot be read at all, found while listing (dead-lettered whole)
+
+    def record(self) -> dict:
+        record = {"path": self.path, "output": self.output, "size": self.size, "mtime": self.mtime}
+        return dict(record, problem=self.problem) if self.problem else record
+
+
+def expand_inputs(inputs, output_dir: str) -> list[InputFile]:
+    """Every input file once, whatever the spellings that reach it, never one under output_dir.
+
+    Directory and glob listings skip hidden names (`.x`, `_x`: temporary and marker files); a file
+    named explicitly is read whatever its name.
+    """
+    found: dict[str, tuple[str, str, object]] = {}  # identity -> (path, root, metadata)
+    output = identity(output_dir)
+    for spec in inputs:
+        if identity(spec) == output:
+            raise UsageError(f"--input {spec} is the --output directory; relabelled rows are never read as input")
+        root, pattern = _root_and_pattern(spec)
+        matched = filesystem.match(pattern)
+        if not matched:
+            what = "matches no file" if GLOB_CHARS.search(spec) else "no such file or directory"
+            raise MissingInput(f"--input {spec}: {what}")
+        explicit = not GLOB_CHARS.search(spec) and len(matched) == 1 and identity(matched[0].path) == identity(spec)
+        for meta in matched:
+            key = identity(meta.path)
+            if key in found or _inside(key, output):
+                continue
+            if _is_rollout_file(meta.path, hidden_ok=explicit):
+                found[key] = (meta.path, root, meta)
+    files, owners = [], {}
+    for path, root, meta in sorted(found.values(), key=lambda item: item[0]):
+        name = output_name(path, root)
+        if name in owners:
+            raise UsageError(f"inputs {owners[name]} and {path} would both write {name}; "
+                             "give them separate --input roots or rename one")
+        owners[name] = path
+        shown, problem = _nameable(path)
+        files.append(InputFile(shown, name, int(meta.size_in_bytes), float(meta.last_updated_in_seconds), problem))
+    return files
+
+
+def output_name(path: str, root: str) -> str:
+    """part-<path relative to its input root, extension dropped>.parquet, flattened and sanitized."""
+    relative = path[len(root):].lstrip("/\\") if path.startswith(root) else os.path.basename(path)
+    stem = relative[:-len(".jsonl.gz")] if relative.lower().endswith(".jsonl.gz") else os.path.splitext(relative)[0]
+    stem = "__".join(SAFE.sub("_", part) for part in re.split(r"[/\\]+", stem) if part not in ("", ".", ".."))
+    return f"part-{stem or 'input'}.parquet"
+
+
+def _root_and_pattern(spec: str):
+    if GLOB_CHARS.search(spec):
+        prefix = GLOB_CHARS.split(spec, maxsplit=1)[0]
+        root = prefix if prefix.endswith("/") else prefix.rsplit("/", 1)[0] + "/"
+        return root, spec
+    tree = spec.rstrip("/") + "/"
+    if spec.endswith("/") or filesystem.match(tree + "**"):
+        # object stores have no directories: a path is one when something lies under it
+        return tree, tree + "**"
+    return spec.rsplit("/", 1)[0] + "/" if "/" in spec else "", spec
+
+
+def _nameable(path: str) -> tuple[str, str | None]:
+    """A path that is not valid UTF-8 cannot travel between workers or into Parquet: it is shown with its
+    bad bytes escaped, and the file is dead-lettered (rename it to relabel it)."""
+    try:
+        path.encode("utf-8")
+        return path, None
+    except UnicodeEncodeError:
+        shown = path.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+        return shown, "unreadable-file"
+
+
+def identity(path: str) -> str:
+    """One spelling per file: symlinks and `.`/`..` resolved on a local disk, `.`/`..` folded in a URL."""
+    if "://" not in path:
+        return os.path.realpath(path)
+    scheme, rest = path.split("://", 1)
+    folded = posixpath.normpath("/" + rest)[1:]
+    return f"{scheme}://{folded}"
+
+
+def _is_rollout_file(path: str, hidden_ok: bool = False) -> bool:
+    name = path.replace("\\", "/").rsplit("/", 1)[-1]
+    return (hidden_ok or not name.startswith((".", "_"))) and name.lower().endswith(ROLLOUT_SUFFIXES)
+
+
+def _inside(path: str, directory: str) -> bool:
+    """Both already resolved (identity())."""
+    return path.startswith(directory.rstrip("/") + "/")

@@ -1,0 +1,152 @@
+"""The interpreted columns of an input table, read as numpy: types checked, nulls filled.
+
+Shared by slim extraction (transforms/lib/labeling/slim.py) and the written table
+(transforms/lib/labeling/training_rows.py), so both read a column the same way.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from rollout_relabel.transforms.core.reasons import CODE
+from rollout_relabel.transforms.lib.errors import BadFile
+from rollout_relabel.transforms.lib.hooks.sample_core import ill_typed_text
+
+INTEGER_COLUMNS = ("step", "group_index", "index", "rollout_id", "response_length")
+# Keys: integers, or any value that can be told apart as text (a uid, a task id, the prompt itself)
+KEY_COLUMNS = ("group_index", "index", "rollout_id")
+INT64_MAX = 2 ** 63 - 1
+
+
+def usable_columns(table, source, problem, details):
+    """Flag every row of a file whose interpreted columns have the wrong type, and drop those columns.
+
+    Integral floats (pandas' int-with-NaN) are accepted as integers. An all-null
+    column (Arrow type null, e.g. from .pt dumps) means the values are absent.
+    """
+    for name in table.column_names:
+        column = table.column(name)
+        if pa.types.is_null(column.type) and name != "reward":
+            table = table.drop_columns([name])
+            continue
+        expected = None
+        if name in KEY_COLUMNS:
+            keys = key_column(column)
+            if keys is None:
+                flag(problem, details, np.ones(table.num_rows, dtype=bool), "ill-typed-column",
+                     lambda i, name=name, kind=column.type: ill_typed_text(name, kind, "integers or strings"))
+                table = table.drop_columns([name])
+            elif keys is not column:
+                table = table.set_column(table.column_names.index(name), name, keys)
+            continue
+        if name in INTEGER_COLUMNS and pa.types.is_uint64(column.type) and pc.max(column).as_py() is not None \
+                and pc.max(column).as_py() > INT64_MAX:
+            # a key beyond int64 cannot be told from others: its group, so its batch, is unknown
+            raise BadFile("value-too-large", f"{source}: `{name}` holds {pc.max(column).as_py()}, beyond the "
+                                             "int64 range")
+        if name in INTEGER_COLUMNS and not pa.types.is_integer(column.type):
+            if pa.types.is_floating(column.type) and integral(column):
+                table = table.set_column(table.column_names.index(name), name, pc.cast(column, pa.int64()))
+                continue
+            expected = "integers"
+        elif name == "loss_mask" and not ((pa.types.is_list(column.type) or pa.types.is_large_list(column.type))
+                                          and pa.types.is_integer(column.type.value_type)):
+            expected = "a list of integers"
+        elif name == "remove_sample" and not pa.types.is_boolean(column.type):
+            expected = "booleans"
+        elif name == "status" and pa.types.is_dictionary(column.type) and _is_text(column.type.value_type):
+            table = table.set_column(table.column_names.index(name), name, pc.cast(column, pa.string()))
+            continue
+        elif name == "status" and not _is_text(column.type):
+            expected = "strings"
+        if expected:
+            if name == "step":
+                raise BadFile("ill-typed-column", f"{source}: `step` has type {column.type}, expected integers")
+            flag(problem, details, np.ones(table.num_rows, dtype=bool), "ill-typed-column",
+                  lambda i, name=name, kind=column.type, expected=expected: ill_typed_text(name, kind, expected))
+            table = table.drop_columns([name])
+    return table
+
+
+def key_column(column):
+    """A key column as int64 (integers that fit, integral floats) or as strings (anything else that has a
+    text form: strings, integers beyond int64, other floats, booleans); None when it has none (lists...)."""
+    kind = column.type
+    if pa.types.is_dictionary(kind):
+        column = pc.cast(column, kind.value_type)
+        kind = column.type
+    if pa.types.is_integer(kind):
+        if pa.types.is_uint64(kind) and (pc.max(column).as_py() or 0) > INT64_MAX:
+            return pc.cast(column, pa.string())
+        return column
+    if pa.types.is_floating(kind) and integral(column):
+        return pc.cast(column, pa.int64())
+    if _is_text(kind):
+        return pc.cast(column, pa.string()) if pa.types.is_large_string(kind) else column
+    if pa.types.is_floating(kind) or pa.types.is_boolean(kind) or pa.types.is_decimal(kind):
+        return pc.cast(column, pa.string())
+    return None
+
+
+def _is_text(kind) -> bool:
+    return pa.types.is_string(kind) or pa.types.is_large_string(kind)
+
+
+def integral(column) -> bool:
+    values = pc.drop_null(column).to_numpy(zero_copy_only=False)
+    return bool(np.all(np.isfinite(values)) and np.all(values == np.round(values))
+                and (values.size == 0 or np.abs(values).max() < 2 ** 53))
+
+
+def first_null(column) -> int:
+    return int(np.flatnonzero(np.asarray(column.is_null()))[0])
+
+
+def flag(problem, details, where, reason, describe):
+    """Record `reason` on rows that have no earlier (higher-priority) problem."""
+    fresh = np.flatnonzero(where & (problem == 0))
+    problem[fresh] = CODE[reason]
+    for i in fresh:  # bad rows only: rare
+        details[int(i)] = describe(int(i))
+
+
+def fill(array, value) -> np.ndarray:
+    if array.null_count:
+        array = pc.fill_null(array, value)
+    return np.asarray(array.to_numpy(zero_copy_only=False))
+
+
+def int_column(table, name):
+    if name not in table.column_names:
+        return None
+    return fill(pc.cast(table.column(name), pa.int64()), 0).astype(np.int64)
+
+
+def optional_int(table, name):
+    n = table.num_rows
+    if name not in table.column_names:
+        return np.zeros(n, dtype=np.int64), np.zeros(n, dtype=bool)
+    column = pc.cast(table.column(name), pa.int64())
+    return fill(column, 0).astype(np.int64), np.asarray(column.is_valid())
+
+
+def bool_column(table, name):
+    if name not in table.column_names:
+        return np.zeros(table.num_rows, dtype=bool)
+    return fill(table.column(name), False).astype(bool)
+
+
+def list_sums(lists) -> np.ndarray:
+    """Per-row sums of a list<int> array (null lists sum to 0), added in int64 over the flat values."""
+    lists = lists.combine_chunks() if isinstance(lists, pa.ChunkedArray) else lists
+    offsets = np.asarray(lists.offsets, dtype=np.int64)
+    values = lists.values
+    if values.null_count:  # their rows are flagged (null-mask-value); 0 keeps the sums integers
+        values = pc.fill_null(values, 0)
+    values = values.to_numpy(zero_copy_only=False)[:offsets[-1]]  # a sliced array's values run on
+    starts, nonempty = offsets[:-1], offsets[:-1] < offsets[1:]
+    sums = np.zeros(len(lists), dtype=np.int64)
+    if nonempty.any():  # each non-empty list runs from its start to the next one's: reduceat's segments
+        sums[nonempty] = np.add.reduceat(values, starts[nonempty], dtype=np.int64)
+    return np.where(np.asarray(lists.is_valid()), sums, 0)

@@ -1,0 +1,247 @@
+"""Typed, frozen settings: built once from the command line, checked when built, picklable into DoFns.
+
+`Labeling` holds everything that decides a training row's values. A new
+labeling option is a field here (or in the core's CoreConfig when the core
+reads it), a flag in pipeline/flags.py whose dest is the field's name, and
+a line in the docs: the record written into every output, the fingerprint,
+`relabel compare`'s --a/--b keys and the stages all read the fields
+generically.
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from dataclasses import dataclass, field
+
+from rollout_relabel import schemas
+from rollout_relabel.transforms.core.config import REMAX, CoreConfig
+
+PROJECT = "rollout-relabel"
+# Generous: a .pt dump is read whole into memory, a Parquet file one file group at a time.
+DEFAULT_MAX_FILE_BYTES = 64 << 30
+
+
+def project_version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+    try:
+        return version(PROJECT)
+    except PackageNotFoundError:
+        return "0+unknown"
+
+
+@dataclass(frozen=True)
+class RewardFields:
+    """Where a row's reward value (and remax's baseline) is read from: what slim extraction needs."""
+    key: str | None = None                       # --reward-key
+    keys: tuple[str, ...] | None = None          # --reward-keys: the value is the weighted sum of these
+    weights: tuple[float, ...] | None = None     # one per key (all 1 when not given)
+    baseline_column: str | None = None           # --baseline-column: a column or a dotted path into one
+    columns: tuple[str, ...] | None = None       # --column NAME=SOURCE: where each interpreted column is read
+    batch_from: str = "column"                   # --batch-from: the step column, the file or its folder
+    group_key: str | None = None                 # --group-key: a group key derived from part of group_index
+    stored_advantage: str | None = None          # compare --a column:NAME: the advantage the input stores
+
+
+# What --column may name (NAME=SOURCE): the interpreted input columns
+MAPPABLE = ("reward", "step", "group_index", "index", "rollout_id", "response_length", "loss_mask",
+            "remove_sample", "status")
+BATCH_FROM = ("column", "file", "folder")
+# --group-key: documented rules that derive the group key from part of a text group_index
+GROUP_KEYS = ("verl-uid",)  # verl v1: `{uid}_{session}_{index}` -> `{uid}` (uid.rsplit("_", 2)[0])
+
+
+def column_map(columns) -> dict[str, str]:
+    """--column NAME=SOURCE flags as {NAME: SOURCE}; ValueError naming a bad one."""
+    out = {}
+    for item in columns or ():
+        name, sep, source = item.partition("=")
+        name, source = name.strip(), source.strip()
+        if not sep or not source.strip(". "):
+            raise ValueError(f"--column {item!r}: expected NAME=SOURCE (SOURCE a column or a dotted path)")
+        if name not in MAPPABLE:
+            raise ValueError(f"--column {item!r}: NAME must be one of {', '.join(MAPPABLE)}")
+        if name in out:
+            raise ValueError(f"--column {name} given twice")
+        out[name] = source
+    return out
+
+
+# The labeling options of the first release, always in a run's record. Any option added since is left out
+# while it has its default, so that the record and fingerprint of every run made without it stay as they
+# were: a new option needs no entry here. (History: never edit this list.)
+FIRST_RECORD = ("semantics", "estimator", "std_normalization", "rewards_normalization", "mainstream",
+                "n_samples_per_prompt", "rollout_batch_size", "reward_key", "drop_uniform_groups")
+
+
+@dataclass(frozen=True)
+class Labeling:
+    """How training rows are labelled: the numeric core's config plus what the Arrow layer decides."""
+    core: CoreConfig = field(default_factory=CoreConfig)
+    reward_key: str | None = None        # the reward is a struct/map: use this numeric field
+    drop_uniform_groups: bool = False    # rows of groups whose rewards are all equal go to filtered.parquet
+    baseline_column: str | None = None   # remax: each unit's baseline (a column or a dotted path into one)
+    columns: tuple[str, ...] | None = None  # --column NAME=SOURCE (sorted by NAME): where each column is read
+    batch_from: str = "column"           # --batch-from: column (the step), file, or folder
+    group_key: str | None = None         # --group-key verl-uid: the group is a documented part of group_index
+
+    def __post_init__(self):
+        if self.columns is not None:
+            mapping = column_map(self.columns)
+            object.__setattr__(self, "columns", tuple(f"{k}={v}" for k, v in sorted(mapping.items())) or None)
+        if self.group_key is not None and self.group_key not in GROUP_KEYS:
+            raise ValueError(f"--group-key must be one of {', '.join(GROUP_KEYS)}, got {self.group_key!r}")
+        if self.batch_from not in BATCH_FROM:
+            raise ValueError(f"--batch-from must be one of {', '.join(BATCH_FROM)}, got {self.batch_from!r}")
+        if self.reward_key is not None and self.core.reward_keys is not None:
+            raise ValueError("--reward-key and --reward-keys exclude each other (one key: --reward-keys K)")
+        if self.baseline_column is not None and not self.baseline_column.strip(". "):
+            raise ValueError(f"--baseline-column {self.baseline_column!r} names no column")
+        if self.core.normalizes and self.core.estimator == REMAX and self.baseline_column is None:
+            raise ValueError("--estimator remax needs --baseline-column COL (e.g. metadata.remax_baseline_reward)")
+
+    def step_column(self) -> str:
+        """The input column that holds the step, as the plan reads it from footers."""
+        return column_map(self.columns).get("step", "step")
+
+    def reward_fields(self) -> RewardFields:
+        return RewardFields(self.reward_key, self.core.reward_keys, self.core.weights, self.baseline_column,
+                            self.columns, self.batch_from, self.group_key)
+
+    @staticmethod
+    def option_names() -> tuple[str, ...]:
+        """Every labeling option by name: the core's, then the Arrow layer's."""
+        return (tuple(f.name for f in dataclasses.fields(CoreConfig))
+                + tuple(f.name for f in dataclasses.fields(Labeling) if f.name != "core"))
+
+    @classmethod
+    def from_values(cls, values: dict) -> "Labeling":
+        """From a flat {option name: value} (parsed flags, a compare spec); missing names keep defaults.
+
+        Raises ValueError naming the option when a value is not allowed.
+        """
+        core_names = {f.name for f in dataclasses.fields(CoreConfig)}
+        core = CoreConfig(**{k: v for k, v in values.items() if k in core_names})
+        ours = {f.name for f in dataclasses.fields(cls) if f.name != "core"}
+        return cls(core=core, **{k: v for k, v in values.items() if k in ours})
+
+    def values(self) -> dict:
+        """The flat {option name: value}; from_values(values()) == self."""
+        flat = dataclasses.asdict(self.core)
+        flat.update({f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "core"})
+        return flat
+
+    def record(self) -> dict:
+        """What made every training row: each option, and the semantics' version (2 when an estimator
+        or option of version 2 of the contract is used). Options added after the first release are left
+        out while they have their default: a run that does not use them keeps its record and fingerprint. Values as JSON
+        reads them back (lists, not tuples), so a record compares equal to the one stored."""
+        defaults = Labeling().values()
+        record = {k: list(v) if isinstance(v, tuple) else v for k, v in self.values().items()
+                  if k in FIRST_RECORD or v != defaults[k]}
+        return dict(record, semantics_version=self.core.version)
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    """`relabel run` (and `relabel watch`): what to read, where to write, how to label and run."""
+    inputs: tuple[str, ...]
+    output: str
+    labeling: Labeling = field(default_factory=Labeling)
+    device: str = "auto"
+    fail_fast: bool = False
+    max_dead_fraction: float | None = None
+    overwrite: bool = False
+    dry_run: bool = False
+    core_resource_hints: tuple[tuple[str, str], ...] = ()
+    progress: bool | None = None  # None: when stderr is a terminal
+    max_file_bytes: int = DEFAULT_MAX_FILE_BYTES
+    version: str = field(default_factory=project_version)
+    # the local runner's worker threads when ours to choose (the most to use), else None
+    local_threads: int | None = None
+    # pyarrow decodes each Parquet file on its own thread pool; off where the local runner already
+    # keeps every core busy with its worker threads (the two pools would only take turns)
+    parallel_decode: bool = True
+
+    def __post_init__(self):
+        if self.max_dead_fraction is not None and not 0 <= self.max_dead_fraction <= 1:
+            raise ValueError(f"--max-dead-fraction must be within [0, 1], got {self.max_dead_fraction}")
+        if self.max_file_bytes < 1:
+            raise ValueError(f"--max-file-bytes must be positive, got {self.max_file_bytes}")
+
+    @property
+    def core(self) -> CoreConfig:
+        return self.labeling.core
+
+    def semantics_record(self) -> dict:
+        """What made every training row: goes into Parquet metadata and the manifest."""
+        return dict(self.labeling.record(), project=PROJECT, project_version=self.version)
+
+    def fingerprint(self) -> str:
+        """Identifies the options that change output bytes (not device, not runner)."""
+        record = dict(self.semantics_record(), schema_version=schemas.SCHEMA_VERSION)
+        return hashlib.sha256(json.dumps(record, sort_keys=True).encode()).hexdigest()[:16]
+
+    def lineage(self) -> dict:
+        """The record every output file carries in its Parquet metadata."""
+        return dict(self.semantics_record(), fingerprint=self.fingerprint())
+
+
+@dataclass(frozen=True)
+class Side:
+    """One labeling of `relabel compare`, with the spec it was written as."""
+    labeling: Labeling
+    spec: str = ""
+    # `--a column:NAME`: this side's advantages are the ones stored in the input at NAME (a column or a
+    # dotted path, as --column SOURCE), not computed; `labeling` then only carries the run-wide options
+    stored_column: str | None = None
+
+    # the reward key is the run's, not a side's: it is not part of a side's record
+    NOT_PER_SIDE = ("reward_key",)
+    # what the reward value is, also the run's (read once for both sides): no spec key, but in the record
+    RUN_WIDE = ("reward_keys", "reward_weights", "baseline_column", "columns", "batch_from", "group_key")
+
+    def record(self) -> dict:
+        if self.stored_column is not None:
+            return {"stored_column": self.stored_column, "spec": self.spec}
+        record = {k: v for k, v in self.labeling.record().items() if k not in self.NOT_PER_SIDE}
+        return dict(record, spec=self.spec)
+
+
+@dataclass(frozen=True)
+class CompareSettings:
+    """`relabel compare`: the two labelings and where the report goes."""
+    inputs: tuple[str, ...]
+    report: str
+    a: Side
+    b: Side
+    reward_key: str | None = None
+    device: str = "auto"
+    progress: bool | None = None
+
+    def step_column(self) -> str:
+        """The input column that holds the step, as the plan reads it from footers."""
+        return self.a.labeling.step_column()
+
+    def reward_fields(self) -> RewardFields:
+        """Read once for both sides: the reward options are the run's, not a side's (both sides carry them)."""
+        return dataclasses.replace(self.a.labeling.reward_fields(), key=self.reward_key,
+                                   stored_advantage=self.a.stored_column)
+
+
+@dataclass(frozen=True)
+class WatchSettings:
+    """`relabel watch` only: how the input is polled and when the watch stops."""
+    poll_interval: float = 5.0
+    stop_after_idle: float | None = None
+    stop_after_files: int | None = None
+    require_marker: bool = False
+    step_per_file: bool = False  # the producer writes each step in one file: a step closes when its file lands
+
+    def __post_init__(self):
+        if self.poll_interval <= 0:
+            raise ValueError(f"--poll-interval must be positive, got {self.poll_interval}")
+        if self.stop_after_idle is not None and self.stop_after_idle < 0:
+            raise ValueError(f"--stop-after-idle must be >= 0, got {self.stop_after_idle}")
+        if self.stop_after_files is not None and self.stop_after_files < 1:
+            raise ValueError(f"--stop-after-files must be >= 1, got {self.stop_after_files}")

@@ -1,0 +1,439 @@
+"""A file's table -> per-batch slim tables: keys, reward value, trainable tokens and row problems.
+
+Row problems are found here, vectorized; a bad row stays in its batch (its
+position matters for positional grouping) and kills its prompt group later.
+"""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from rollout_relabel import schemas
+from rollout_relabel.transforms.lib.errors import BadFile
+from rollout_relabel.transforms.lib.hooks.sample_core import (
+    FLOAT32_MAX,
+    MAX_RESPONSE_TOKENS,
+    mask_length_text,
+    negative_length_text,
+    null_mask_text,
+    reward_type_text,
+    too_large_text,
+)
+from rollout_relabel.transforms.lib.io.jsonl import malformed_lines
+from rollout_relabel.transforms.lib.labeling.columns import (
+    bool_column,
+    fill,
+    first_null,
+    flag,
+    int_column,
+    list_sums,
+    usable_columns,
+)
+from rollout_relabel.transforms.lib.labeling.settings import RewardFields
+
+
+def batch_key_of(source: str, step) -> str:
+    """Batch key: the Parquet `step` value, else the file itself (a .pt dump is one batch)."""
+    return f"step={step}" if step is not None else f"file={source}"
+
+
+
+
+def slim_input_columns(reward: RewardFields | None = None) -> tuple[str, ...]:
+    """The input columns slim extraction reads: the interpreted ones, and the baseline's column."""
+    if reward is None:
+        return schemas.SLIM_INPUT_COLUMNS
+    extra = mapped_sources(reward.columns)
+    for path in (reward.baseline_column, reward.stored_advantage):
+        if path is not None:
+            extra += (path, path.split(".", 1)[0])
+    return tuple(dict.fromkeys(schemas.SLIM_INPUT_COLUMNS + extra))
+
+
+def extract_slim(table: pa.Table, source: str, reward: RewardFields | str | None = None
+                 ) -> list[tuple[str, pa.Table]]:
+    """Split a file's rows by batch and reduce them to the slim columns the core needs.
+
+    `reward`: where the reward value comes from (RewardFields; a plain string is a --reward-key).
+    Row problems are found here, vectorized; a bad row stays in its batch (its
+    position matters for positional grouping) and kills its prompt group later.
+    """
+    fields = reward if isinstance(reward, RewardFields) else RewardFields(key=reward)
+    n = table.num_rows
+    problem = np.zeros(n, dtype=np.int64)
+    details: dict[int, str] = {}
+    table = mapped_columns(table, fields.columns, problem, details)
+    malformed = malformed_lines(table)
+    if malformed:  # first: its nulls are not the row's problem
+        where = np.zeros(n, dtype=bool)
+        where[list(malformed)] = True
+        flag(problem, details, where, "malformed-line", lambda i: malformed[i])
+        table = _around_malformed(table, where, source)
+    table = usable_columns(table, source, problem, details)
+
+    parts = None
+    if fields.keys is None:
+        reward = _reward_values(table, fields.key, problem, details)
+    else:
+        parts = _reward_parts(table, fields.keys, problem, details)
+        reward = _weighted_sum(parts, fields.weights or (1.0,) * len(fields.keys), fields.keys, problem, details)
+    # rewards and advantages are written as float32: a value beyond its range would be written as inf
+    flag(problem, details, np.isfinite(reward) & (np.abs(reward) > FLOAT32_MAX), "value-too-large",
+         lambda i: f"reward {reward[i]!r} does not fit float32 (largest {FLOAT32_MAX:.6g})")
+    response_length = int_column(table, "response_length")
+    mask = table.column("loss_mask").combine_chunks() if "loss_mask" in table.column_names else None
+    has_mask = np.zeros(n, dtype=bool) if mask is None else np.asarray(mask.is_valid())
+    mask_len = np.zeros(n, dtype=np.int64) if mask is None else fill(pc.list_value_length(mask), 0)
+    mask_sum = np.zeros(n, dtype=np.int64) if mask is None else list_sums(mask)
+    length = response_length if response_length is not None else np.zeros(n, dtype=np.int64)
+    length_given = (np.asarray(table.column("response_length").is_valid())
+                    if response_length is not None else np.zeros(n, dtype=bool))
+    length = np.where(length_given, length, mask_len)
+
+    flag(problem, details, length_given & (length < 0), "negative-length",
+          lambda i: negative_length_text(length[i]))
+    flag(problem, details, (length > MAX_RESPONSE_TOKENS) | (mask_len > MAX_RESPONSE_TOKENS), "value-too-large",
+          lambda i: too_large_text(max(length[i], mask_len[i])))
+    flag(problem, details, has_mask & length_given & (mask_len != length), "mask-length",
+          lambda i: mask_length_text(mask_len[i], length[i]))
+    if mask is not None and mask.values.null_count:
+        null_tokens = list_sums(pa.ListArray.from_arrays(mask.offsets, pc.cast(mask.values.is_null(), pa.int8())))
+        flag(problem, details, has_mask & (null_tokens > 0), "null-mask-value",
+              lambda i: null_mask_text(null_tokens[i], mask_len[i]))
+    remove = bool_column(table, "remove_sample")
+    trainable = np.where(remove, 0, np.where(has_mask, mask_sum, np.maximum(length, 0)))
+
+    group_index, group_text = _key(table, "group_index")
+    if fields.group_key == "verl-uid":  # {uid}_{session}_{index} -> {uid} (verl: uid.rsplit("_", 2)[0])
+        text = group_text if group_text is not None else pc.cast(group_index, pa.string())
+        group_text = pc.replace_substring_regex(text, r"_[^_]*_[^_]*$", "")
+        group_index = _placeholder(group_text)
+    rollout_key, rollout_text = _rollout_key(table)
+    baseline = None
+    if fields.baseline_column is not None:  # after every row problem: a problem's text wins its row's detail
+        baseline = _baseline_values(table, fields.baseline_column, problem, details)
+    stored = None
+    if fields.stored_advantage is not None:
+        stored = stored_advantage_values(table, fields.stored_advantage)
+    if details:
+        detail = [None] * n
+        for i, text in details.items():
+            detail[i] = text
+        detail = pa.array(detail, pa.string())
+    else:
+        detail = pa.nulls(n, pa.string())
+    columns = {
+        "row": pa.array(np.arange(n, dtype=np.int64)),
+        "reward": pa.array(np.where(problem == 0, reward, 0.0)),
+        "trainable": pa.array(trainable.astype(np.int64)),
+        "group_index": group_index,
+        "rollout_key": rollout_key,
+        "problem": pa.array(problem),
+        "detail": detail,
+    }
+    if parts is not None:
+        width = parts.shape[1]
+        kept = np.where((problem == 0)[:, None], parts, 0.0).reshape(-1)
+        columns["reward_parts"] = pa.ListArray.from_arrays(pa.array(np.arange(n + 1, dtype=np.int32) * width),
+                                                           pa.array(kept))
+    if baseline is not None:
+        columns["baseline"] = pa.array(baseline, mask=~np.isfinite(baseline))
+    if group_text is not None:
+        columns["group_text"] = group_text
+    if rollout_text is not None:
+        columns["rollout_text"] = rollout_text
+    if stored is not None:
+        columns["stored_advantage"] = stored
+    slim = pa.table(columns, schema=schemas.slim_schema(parts is not None, baseline is not None,
+                                                        group_text is not None, rollout_text is not None,
+                                                        stored is not None))
+
+    if fields.batch_from == "folder":
+        return [(f"folder={source.rsplit('/', 1)[0] if '/' in source else '.'}", slim)]
+    if "step" not in table.column_names or fields.batch_from == "file":
+        return [(batch_key_of(source, None), slim)]
+    steps = table.column("step")
+    if steps.null_count:
+        raise BadFile("missing-column", f"{source}: `step` is null on {steps.null_count} rows "
+                                            f"(first: row {first_null(steps)}); every row needs its batch")
+    step_values = steps.to_numpy()
+    unique = np.unique(step_values)
+    if len(unique) == 1:  # the usual file: one step, no rows to split off
+        return [(batch_key_of(source, int(unique[0])), slim)]
+    return [(batch_key_of(source, int(step)), slim.filter(pa.array(step_values == step))) for step in unique]
+
+def mapped_columns(table: pa.Table, columns, problem=None, details=None) -> pa.Table:
+    """The table as the interpreted columns see it under --column NAME=SOURCE: NAME holds SOURCE's values
+    (a column, or a dotted path into one; the input's own NAME, if any, is not interpreted). A SOURCE the
+    file lacks makes every row's NAME missing (missing-column)."""
+    if not columns:
+        return table
+    metadata = table.schema.metadata
+    for item in columns:
+        name, _, source = item.partition("=")
+        values, why = _lookup_path(table, source, name)
+        if name in table.column_names:
+            table = table.drop_columns([name])
+        if values is None:
+            if problem is not None:
+                flag(problem, details, np.ones(table.num_rows, dtype=bool), "missing-column",
+                     lambda i, why=why, item=item: f"--column {item}: {why}")
+            continue
+        table = table.append_column(name, pa.array(values) if isinstance(values, np.ndarray) else values)
+    return table.replace_schema_metadata(metadata)
+
+
+def mapped_sources(columns) -> tuple[str, ...]:
+    """The input columns --column reads (each SOURCE's top-level column)."""
+    return tuple(item.partition("=")[2].split(".", 1)[0] for item in columns or ())
+
+
+def _around_malformed(table, where, source):
+    """A malformed line's row (all nulls) in a prompt group of its own, in the batch of the row before it
+    (after it, for the first lines): the rows around it are labelled as if it were not there."""
+    rows = np.flatnonzero(where)
+    if "group_index" in table.column_names:
+        column = table.column("group_index").combine_chunks()
+        text = pc.cast(column, pa.string()).to_pylist()
+        for i in rows:
+            text[i] = f"\0malformed line of {source}, row {i}"  # no real key holds a NUL
+        table = table.set_column(table.column_names.index("group_index"), "group_index", pa.array(text))
+    if "step" in table.column_names and table.column("step").null_count < table.num_rows:
+        steps = pc.fill_null_backward(pc.fill_null_forward(table.column("step").combine_chunks()))
+        table = table.set_column(table.column_names.index("step"), "step", steps)
+    return table
+
+
+def _key(table, name):
+    """(int64 key with nulls, None) for integer keys; (placeholder int64 valid where the text is, the key
+    as text) for text keys, which label_batch codes by first appearance in the batch."""
+    n = table.num_rows
+    if name not in table.column_names:
+        return pa.nulls(n, pa.int64()), None
+    column = table.column(name).combine_chunks()
+    if pa.types.is_integer(column.type):
+        return pc.cast(column, pa.int64()), None
+    return _placeholder(column), pc.cast(column, pa.string())
+
+
+def _placeholder(text) -> pa.Array:
+    return pa.array(np.zeros(len(text), dtype=np.int64), mask=np.asarray(text.is_null()))
+
+
+def _rollout_key(table):
+    """rollout_id, falling back to index where it is null: int64, or text when either is text."""
+    rollout_id, rollout_text = _key(table, "rollout_id")
+    index, index_text = _key(table, "index")
+    if rollout_text is None and index_text is None:
+        return pc.coalesce(rollout_id, index), None
+    as_text = [t if t is not None else pc.cast(k, pa.string())
+               for k, t in ((rollout_id, rollout_text), (index, index_text))]
+    text = pc.coalesce(*as_text)
+    return _placeholder(text), text
+
+
+def _reward_values(table, reward_key, problem, details):
+    n = table.num_rows
+    if "reward" not in table.column_names:
+        flag(problem, details, np.ones(n, dtype=bool), "missing-column", lambda i: "the file has no `reward` column")
+        return np.zeros(n)
+    column = table.column("reward")
+    kind = column.type
+    if reward_key is None:
+        if not _is_number(kind):
+            flag(problem, details, np.ones(n, dtype=bool), "non-numeric-reward",
+                  lambda i: reward_type_text(str(kind), None))
+            return np.zeros(n)
+        values = column
+    elif pa.types.is_struct(kind):
+        if kind.get_field_index(reward_key) < 0:
+            fields = ", ".join(f.name for f in kind)
+            flag(problem, details, np.ones(n, dtype=bool), "missing-reward-key",
+                  lambda i: f"reward struct has no field {reward_key!r} (fields: {fields})")
+            return np.zeros(n)
+        values = pc.struct_field(column, reward_key)
+        absent = np.asarray(values.is_null()) & np.asarray(column.is_valid())
+        flag(problem, details, absent, "missing-reward-key", lambda i: f"reward[{reward_key!r}] is null")
+    elif pa.types.is_map(kind):
+        values = pc.map_lookup(column, pa.scalar(reward_key, kind.key_type), "first")
+        absent = np.asarray(values.is_null()) & np.asarray(column.is_valid())
+        flag(problem, details, absent, "missing-reward-key", lambda i: f"reward map has no key {reward_key!r}")
+    else:
+        flag(problem, details, np.ones(n, dtype=bool), "missing-reward-key",
+              lambda i: reward_type_text(str(kind), reward_key))
+        return np.zeros(n)
+    if not _is_number(values.type):
+        flag(problem, details, np.ones(n, dtype=bool), "non-numeric-reward",
+              lambda i: f"reward[{reward_key!r}] has type {values.type}")
+        return np.zeros(n)
+    inexact = _beyond_float64_integers(values)
+    numbers = fill(pc.cast(values, pa.float64(), safe=False), np.nan)
+    null = np.asarray(column.is_null())
+    flag(problem, details, null, "non-numeric-reward", lambda i: "reward is null")
+    flag(problem, details, inexact, "value-too-large",
+         lambda i: f"reward {values[i].as_py()} is an integer beyond 2**53: no float holds it exactly")
+    flag(problem, details, ~null & ~np.isfinite(numbers), "non-finite-reward",
+         lambda i: f"reward is {numbers[i]}")
+    return numbers
+
+
+def _beyond_float64_integers(values) -> np.ndarray:
+    """Rows of an integer reward column whose value float64 cannot hold exactly (beyond 2**53)."""
+    kind = values.type
+    if not pa.types.is_integer(kind) or kind.bit_width <= 32:
+        return np.zeros(len(values), dtype=bool)
+    beyond = pc.greater(values, pa.scalar(2 ** 53, kind))
+    if pa.types.is_signed_integer(kind):
+        beyond = pc.or_(beyond, pc.less(values, pa.scalar(-2 ** 53, kind)))
+    return fill(beyond, False).astype(bool)
+
+
+def _reward_parts(table, keys, problem, details) -> np.ndarray:
+    """float64 [n, K]: each --reward-keys field of the struct/map reward (NaN where unusable, flagged)."""
+    n = table.num_rows
+    parts = np.full((n, len(keys)), np.nan)
+    if "reward" not in table.column_names:
+        flag(problem, details, np.ones(n, dtype=bool), "missing-column", lambda i: "the file has no `reward` column")
+        return parts
+    column = table.column("reward")
+    kind = column.type
+    null = np.asarray(column.is_null())
+    if not (pa.types.is_struct(kind) or pa.types.is_map(kind)):
+        flag(problem, details, ~null, "missing-reward-key",
+             lambda i: f"--reward-keys {','.join(keys)} given but reward has type {kind}")
+        flag(problem, details, null, "non-numeric-reward", lambda i: "reward is null")
+        return parts
+    for j, key in enumerate(keys):
+        if pa.types.is_struct(kind) and kind.get_field_index(key) < 0:
+            names = ", ".join(f.name for f in kind)
+            flag(problem, details, ~null, "missing-reward-key",
+                 lambda i, key=key, names=names: f"reward struct has no field {key!r} (fields: {names})")
+            continue
+        values = (pc.struct_field(column, key) if pa.types.is_struct(kind)
+                  else pc.map_lookup(column, pa.scalar(key, kind.key_type), "first"))
+        if not _is_number(values.type):
+            flag(problem, details, ~null & np.asarray(values.is_valid()), "missing-reward-key",
+                 lambda i, key=key, t=values.type: f"reward[{key!r}] has type {t}, not a number")
+        else:
+            parts[:, j] = fill(pc.cast(values, pa.float64()), np.nan)
+        absent = np.asarray(values.is_null()) & ~null
+        flag(problem, details, absent, "missing-reward-key",
+             lambda i, key=key: f"reward[{key!r}] is null" if pa.types.is_struct(kind)
+             else f"reward map has no key {key!r}")
+    flag(problem, details, null, "non-numeric-reward", lambda i: "reward is null")
+    bad = ~np.isfinite(parts)
+    flag(problem, details, bad.any(axis=1), "non-finite-reward",
+         lambda i: "; ".join(f"reward[{keys[j]!r}] is {parts[i, j]}" for j in np.flatnonzero(bad[i])))
+    return parts
+
+
+def _weighted_sum(parts, weights, keys, problem, details) -> np.ndarray:
+    """The reward value under --reward-keys: sum of w_j * reward[K_j], added in key order (float64)."""
+    total = np.zeros(parts.shape[0])
+    with np.errstate(all="ignore"):  # an overflow is flagged below
+        for j, weight in enumerate(weights):  # a loop over keys, not rows
+            total += weight * parts[:, j]
+    flag(problem, details, ~np.isfinite(total), "non-finite-reward",
+         lambda i: f"the weighted sum of reward[{', '.join(map(repr, keys))}] is {total[i]}")
+    return total
+
+
+def _baseline_values(table, path, problem, details) -> np.ndarray:
+    """float64 [n]: the --baseline-column value, NaN where null, non-numeric or absent.
+
+    Not a row problem: only a unit's mainstream baseline counts, and the core decides which row that
+    is (missing-baseline). Rows without a problem get a detail naming the value, for that message.
+    """
+    n = table.num_rows
+    values, why = _lookup_path(table, path)
+    if values is None:
+        numbers = np.full(n, np.nan)
+        _note(problem, details, np.ones(n, dtype=bool), lambda i: why)
+        return numbers
+    if isinstance(values, np.ndarray):  # parsed from JSON text
+        numbers = values
+    elif _is_number(values.type):
+        numbers = fill(pc.cast(values, pa.float64()), np.nan)
+    else:
+        numbers = np.full(n, np.nan)
+        kind = values.type
+        _note(problem, details, np.asarray(values.is_valid()), lambda i: f"baseline {path!r} has type {kind}")
+    _note(problem, details, np.isnan(numbers), lambda i: f"baseline {path!r} is null, absent or not a number")
+    _note(problem, details, np.isinf(numbers), lambda i: f"baseline {path!r} is {numbers[i]}")
+    return numbers
+
+
+def stored_advantage_values(table, path) -> pa.Array:
+    """float64 with nulls: the advantage stored at `path` (`relabel compare --a column:NAME`), read with the
+    same path lookup as --column and --baseline-column. Null where the column is absent, the value null or
+    not a number; NaN and inf are kept as they are (compare_batch counts both kinds as dead under A)."""
+    n = table.num_rows
+    values, _ = _lookup_path(table, path, "stored advantage")
+    if values is None:
+        return pa.nulls(n, pa.float64())
+    if isinstance(values, np.ndarray):  # parsed from JSON text: NaN where absent
+        return pa.array(values, mask=np.isnan(values))
+    if not _is_number(values.type):
+        return pa.nulls(n, pa.float64())
+    return pc.cast(values, pa.float64())
+
+
+def _note(problem, details, where, describe):
+    """A detail for rows without a problem (and without a detail yet); their problem stays 0."""
+    for i in np.flatnonzero(where & (problem == 0)):
+        details.setdefault(int(i), describe(int(i)))
+
+
+def _lookup_path(table, path, what="baseline"):
+    """The values at `path`: a column, or a dotted path into a struct/map (or JSON text) column; a number
+    steps into a list (`rewards.0`: the first element, null where the list is shorter).
+
+    Returns (Arrow array or float64 numpy array, None) or (None, why it cannot be read)."""
+    if path in table.column_names:
+        return table.column(path).combine_chunks(), None
+    top, *steps = path.split(".")
+    if top not in table.column_names:
+        return None, f"the file has no column {top!r} (for {what} {path!r})"
+    values = table.column(top).combine_chunks()
+    for depth, step in enumerate(steps):
+        kind = values.type
+        if (pa.types.is_list(kind) or pa.types.is_large_list(kind)) and step.isdigit():
+            lengths = fill(pc.list_value_length(values), 0)
+            short = np.asarray(values.is_null()) | (lengths <= int(step))
+            safe = pc.if_else(pa.array(short), pa.scalar(None, kind), values)
+            values = pc.list_element(pc.fill_null(safe, pa.scalar([None] * (int(step) + 1), kind)), int(step))
+            continue
+        if pa.types.is_struct(kind):
+            if kind.get_field_index(step) < 0:
+                where = ".".join([top] + steps[:depth])
+                return None, f"{where} has no field {step!r} (fields: {', '.join(f.name for f in kind)})"
+            values = pc.struct_field(values, step)
+        elif pa.types.is_map(kind) and (pa.types.is_string(kind.key_type) or pa.types.is_large_string(kind.key_type)):
+            values = pc.map_lookup(values, pa.scalar(step, kind.key_type), "first")
+        elif pa.types.is_string(kind) or pa.types.is_large_string(kind):
+            return _json_path(values, steps[depth:]), None  # stored as JSON text (see readers.py)
+        else:
+            return None, f"{'.'.join([top] + steps[:depth])} has type {kind}: no field {step!r} in it"
+    return values, None
+
+
+def _json_path(texts, steps) -> np.ndarray:
+    """Values read as JSON text (mixed-type dicts of .pt dumps): a loop over rows, only for that case."""
+    out = np.full(len(texts), np.nan)
+    for i, text in enumerate(texts.to_pylist()):
+        try:
+            value = json.loads(text) if text is not None else None
+            for step in steps:
+                value = value.get(step) if isinstance(value, dict) else None
+        except ValueError:
+            value = None
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            out[i] = float(value)
+    return out
+
+
+def _is_number(kind) -> bool:
+    return pa.types.is_integer(kind) or pa.types.is_floating(kind) or pa.types.is_decimal(kind)

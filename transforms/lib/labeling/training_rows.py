@@ -1,0 +1,83 @@
+"""A file's full table + its results -> the training-row table that is written."""
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from rollout_relabel.transforms.lib.export import dump_layout as dump_record
+from rollout_relabel.transforms.lib.labeling.columns import bool_column, int_column, usable_columns
+from rollout_relabel.transforms.lib.labeling.slim import mapped_columns
+
+
+def training_rows(table: pa.Table, result: pa.Table, columns=None) -> pa.Table:
+    """Input columns kept as they are (loss_mask replaced), training columns added, result rows only.
+
+    Rows read from a .pt dump keep the dump's record (dump_record.py), noting which rows remain.
+    """
+    rows = np.asarray(result.column("row"))
+    if np.any(rows[1:] < rows[:-1]):  # a batch over several files lists them in batch order
+        result = result.sort_by("row")
+    take = result.column("row")
+    record = dump_record.read(table.schema.metadata)
+    if take.length() != table.num_rows:
+        table = table.take(take)
+        if record is not None:
+            record = dump_record.with_rows_kept(record, take.to_pylist())
+    view = usable_columns(mapped_columns(table, columns), "", np.zeros(table.num_rows, dtype=np.int64), {})
+    mask = _final_loss_mask(view)
+    truncated = (pc.fill_null(pc.equal(view.column("status"), "truncated"), False)
+                 if "status" in view.column_names else pa.array(np.zeros(table.num_rows, dtype=bool)))
+    added = {
+        "raw_reward": result.column("raw_reward"),
+        "advantage": result.column("advantage"),
+        "mainstream": result.column("mainstream"),
+        "rollout_key": result.column("rollout_key"),
+        "prompt_group": result.column("prompt_group"),
+        "truncated": truncated,
+        "loss_mask": mask,
+        "rollout_mask_sum": result.column("rollout_mask_sum"),
+    }
+    columns, names = [], []
+    for name in table.column_names:  # in place: loss_mask, and training columns of an earlier relabel
+        names.append(name)
+        columns.append(added.pop(name) if name in added else table.column(name))
+    for name, column in added.items():
+        names.append(name)
+        columns.append(column)
+    rows = pa.table(columns, names=names)
+    return rows if record is None else dump_record.attach(rows, record)
+
+
+def _final_loss_mask(table: pa.Table) -> pa.Array:
+    """Each row's loss_mask as list<int32>: its own, else ones over its response; zeros when removed."""
+    remove = bool_column(table, "remove_sample")
+    if "loss_mask" in table.column_names:
+        mask = pc.cast(table.column("loss_mask"), pa.list_(pa.int32())).combine_chunks()
+    else:
+        mask = pa.nulls(table.num_rows, pa.list_(pa.int32()))
+    if mask.null_count:  # list kernels, not a per-token index: 3x faster on 1k-token responses
+        mask = pc.if_else(mask.is_valid(), mask, _ones_where_null(table, mask))
+    return mask if not remove.any() else _zero_lists(mask, remove)
+
+
+def _ones_where_null(table: pa.Table, mask: pa.ListArray) -> pa.ListArray:
+    """Lists of ones of response_length (0 when absent or negative) at the null masks, empty elsewhere."""
+    n = table.num_rows
+    length = int_column(table, "response_length")
+    length = np.zeros(n, dtype=np.int64) if length is None else np.maximum(length, 0)
+    lengths = np.where(np.asarray(mask.is_valid()), 0, length)
+    offsets = np.zeros(n + 1, dtype=np.int32)
+    np.cumsum(lengths, out=offsets[1:])
+    return pa.ListArray.from_arrays(pa.array(offsets), pa.array(np.ones(int(offsets[-1]), dtype=np.int32)))
+
+
+def _zero_lists(lists: pa.ListArray, rows: np.ndarray) -> pa.ListArray:
+    """lists with the lists of the flagged rows set to zeros (same lengths)."""
+    offsets = np.asarray(lists.offsets)
+    values = np.array(lists.values, dtype=np.int32)  # a copy: the input's buffers stay untouched
+    starts, ends = offsets[:-1][rows], offsets[1:][rows]
+    lengths = (ends - starts).astype(np.int64)
+    positions = np.repeat(starts - np.concatenate([[0], np.cumsum(lengths)[:-1]]), lengths) + np.arange(lengths.sum())
+    values[positions] = 0
+    return pa.ListArray.from_arrays(pa.array(offsets), pa.array(values))
