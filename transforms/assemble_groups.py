@@ -29,6 +29,7 @@ from apache_beam.transforms.userstate import BagStateSpec, ReadModifyWriteStateS
 from apache_beam.utils.timestamp import Duration
 
 from rollout_relabel import schemas
+from rollout_relabel.transforms.lib.output.plain_values import strict
 from rollout_relabel.transforms.lib.output.records import DEAD, GROUPS
 
 STREAM_SOURCE = "stream"
@@ -66,7 +67,7 @@ def dead_records(key, rows: list[dict], reason: str, message: str):
         "batch": [f"step={batch}"] * len(ordered),
         "reason": [reason] * len(ordered),
         "message": [f"{reason}: prompt group {group} of step={batch}: {message}"] * len(ordered),
-        "row_json": [json.dumps(r, sort_keys=True, default=str) for r in ordered],
+        "row_json": [json.dumps(strict(r), sort_keys=True, ensure_ascii=True, allow_nan=False) for r in ordered],
     }, schema=schemas.DEAD_LETTERS)
 
 

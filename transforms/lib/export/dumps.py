@@ -30,6 +30,7 @@ from rollout_relabel.transforms.lib.io import filesystem
 from rollout_relabel.transforms.lib.labeling.settings import PROJECT, project_version
 from rollout_relabel.transforms.lib.output import output_files
 from rollout_relabel.transforms.lib.output.manifest import MANIFEST_NAME
+from rollout_relabel.transforms.lib.output.plain_values import plain_table
 
 LAYOUTS = ("slime", "miles")
 # slime and miles feed the reward of these estimators to GAE / discounted returns as a terminal reward
@@ -247,6 +248,8 @@ def build_dump(input_dir: str, batch: Batch, to: str, read=None) -> dict:
         table = read(part.output)
         if rows is not None:
             table = table.take(pa.array(rows, pa.int64()))
+        if part.record is None:  # a Parquet row's values as types torch.load(weights_only=True) gives back
+            table = plain_table(table)
         columns = {name: table.column(name).to_pylist() for name in table.column_names}
         if part.record is not None:
             restored = dump_record.restore_samples(part.record, columns)

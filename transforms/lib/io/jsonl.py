@@ -16,6 +16,8 @@ from rollout_relabel.transforms.lib.errors import BadFile
 
 # schema metadata naming the rows whose line was not a JSON object ({row: why})
 MALFORMED_LINES = b"rollout_relabel.malformed_lines"
+# and the whole text of each such line ({row: text}): the dead letter keeps it (the message abbreviates)
+MALFORMED_TEXTS = b"rollout_relabel.malformed_texts"
 
 
 def read_jsonl(path: str, raw: bytes, columns=None) -> pa.Table:
@@ -33,7 +35,7 @@ def read_jsonl(path: str, raw: bytes, columns=None) -> pa.Table:
             raise BadFile("unreadable-file", f"{path}: not a readable gzip file: {error}") from error
     if not raw.strip():
         raise BadFile("empty-file", f"{path}: file is empty (no JSON lines)")
-    malformed = {}
+    malformed, texts = {}, {}
     try:
         table = _parse_json_lines(raw)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
@@ -49,6 +51,7 @@ def read_jsonl(path: str, raw: bytes, columns=None) -> pa.Table:
                 take.append(None)
                 snippet = line[:120].decode("utf-8", "backslashreplace")
                 malformed[str(row)] = f"line {number} is not a JSON object ({why}): {snippet!r}"
+                texts[str(row)] = line.decode("utf-8", "backslashreplace")
         if not malformed:  # every line parses alone: the types conflict across lines
             try:
                 table = pa.Table.from_pylist([json.loads(line) for line in lines])
@@ -71,7 +74,8 @@ def read_jsonl(path: str, raw: bytes, columns=None) -> pa.Table:
     if columns is not None:
         table = table.select([c for c in dict.fromkeys(columns) if c in table.column_names])
     if malformed:
-        table = table.replace_schema_metadata({MALFORMED_LINES: json.dumps(malformed).encode()})
+        table = table.replace_schema_metadata({MALFORMED_LINES: json.dumps(malformed).encode(),
+                                               MALFORMED_TEXTS: json.dumps(texts).encode()})
     return table
 
 
@@ -87,6 +91,12 @@ def _line_problem(line: bytes) -> str | None:
     except (ValueError, UnicodeDecodeError) as error:
         return str(error).split(":")[0]
     return None if isinstance(value, dict) else f"a JSON {type(value).__name__}"
+
+
+def malformed_texts(table: pa.Table) -> dict[int, str]:
+    """{row: the line's whole text} for the rows of a JSONL table whose line was not a JSON object."""
+    raw = (table.schema.metadata or {}).get(MALFORMED_TEXTS)
+    return {int(k): v for k, v in json.loads(raw).items()} if raw else {}
 
 
 def malformed_lines(table: pa.Table) -> dict[int, str]:

@@ -1,12 +1,12 @@
 """Dead-letter and filtered-row records (schemas.DEAD_LETTERS): built, split by source, rows attached."""
 from __future__ import annotations
 
-import json
-
 import numpy as np
 import pyarrow as pa
 
 from rollout_relabel import schemas
+from rollout_relabel.transforms.lib.io.jsonl import malformed_texts
+from rollout_relabel.transforms.lib.output.plain_values import MALFORMED_LINE_MARKER, plain_table, row_json
 from rollout_relabel.transforms.lib.output.records import RecordsWritten
 
 
@@ -33,9 +33,15 @@ def file_dead_letter(source: str, reason: str, message: str) -> pa.Table:
 
 
 def with_row_json(records: pa.Table, table: pa.Table) -> pa.Table:
-    """Attach each record's input row (every column, as JSON) so that nothing is lost."""
+    """Attach each record's input row (every column, as strict JSON: plain_values.py) so that nothing is lost.
+
+    A JSONL line that was not a JSON object has no columns: its record keeps the line's whole text instead,
+    as {"$malformed_line": text}."""
     positions = records.column("row").to_numpy(zero_copy_only=False).astype(np.int64)
-    payload = [json.dumps(row, default=str, ensure_ascii=False) for row in table.take(positions).to_pylist()]
+    rows = plain_table(table.take(positions), only_nanoseconds=True).to_pylist()
+    lines = malformed_texts(table)
+    payload = [row_json({MALFORMED_LINE_MARKER: lines[int(p)]} if int(p) in lines else row)
+               for p, row in zip(positions, rows)]
     return records.set_column(records.schema.get_field_index("row_json"), "row_json", pa.array(payload, pa.string()))
 
 
