@@ -68,7 +68,11 @@ def main(argv: list[str] | None = None) -> int:
         print(schemas.describe())
         return ExitCode.OK
     from rollout_relabel.pipeline.demo import run_demo
-    return run_demo(args.workdir, seed=args.seed)
+    try:
+        return run_demo(args.workdir, seed=args.seed)
+    except UsageError as error:
+        print(f"relabel: error: {error}", file=sys.stderr)
+        return ExitCode.USAGE
 
 
 def pipeline_command(command: str, argv: list[str]) -> int:
@@ -150,6 +154,16 @@ def export_command(argv: list[str]) -> int:
     except UsageError as error:
         print(f"relabel: error: {error}", file=sys.stderr)
         return ExitCode.USAGE
+    except KeyboardInterrupt:
+        print("relabel: interrupted: committed dumps are kept; rerun the same `relabel export` to finish",
+              file=sys.stderr)
+        return ExitCode.INTERRUPTED
+    except Exception as error:  # noqa: BLE001 - the process edge, as for the pipeline commands
+        if os.environ.get(TRACEBACK_ENV):
+            raise
+        print(f"relabel: failed: {_cause(error)} (nothing more is committed; {TRACEBACK_ENV}=1 shows the "
+              "traceback)", file=sys.stderr)
+        return getattr(error, "exit_code", ExitCode.INTERNAL)
     print(outcome.summary())
     return outcome.exit_code
 

@@ -3,9 +3,11 @@ from __future__ import annotations
 
 import os
 import shutil
+import tempfile
 
 from rollout_relabel.pipeline.generate import RunSpec, write_parquet_run, write_pt_run
 from rollout_relabel.pipeline.run import run
+from rollout_relabel.transforms.lib.errors import UsageError
 
 DATASETS = (
     # (folder, how it is written, extra run options)
@@ -17,17 +19,39 @@ DATASETS = (
 
 
 def generate_demo(workdir: str, seed: int = 0) -> dict[str, str]:
-    """Write the demo inputs under workdir/inputs/<dataset>; returns dataset -> folder."""
+    """Write the demo inputs under workdir/inputs/<dataset>; returns dataset -> folder.
+
+    Each dataset is generated in a scratch folder first, then its files are moved in under their names,
+    replacing a previous demo's: a folder holding any other file (the user's own) is refused (UsageError)
+    before anything is written, and nothing else is ever deleted (docs/bad-input.md)."""
     spec = RunSpec(steps=3, prompts_per_step=8, samples_per_prompt=8, files_per_step=2, seed=seed)
     folders = {}
-    for name, kind, _ in DATASETS:
-        folder = os.path.join(workdir, "inputs", name)
-        shutil.rmtree(folder, ignore_errors=True)
-        if kind == "parquet":
-            write_parquet_run(spec, folder)
-        else:
-            write_pt_run(spec, folder, flavor=kind)
-        folders[name] = folder
+    os.makedirs(os.path.join(workdir, "inputs"), exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=os.path.join(workdir, "inputs"), prefix=".demo-") as scratch:
+        generated = {}
+        for name, kind, _ in DATASETS:
+            staging = os.path.join(scratch, name)
+            if kind == "parquet":
+                write_parquet_run(spec, staging)
+            else:
+                write_pt_run(spec, staging, flavor=kind)
+            generated[name] = staging
+            folder = os.path.join(workdir, "inputs", name)
+            if os.path.lexists(folder) and not os.path.isdir(folder):
+                raise UsageError(f"--workdir {workdir}: {folder} exists and is not a folder; choose another --workdir")
+            foreign = sorted(set(os.listdir(folder)) - set(os.listdir(staging))) if os.path.isdir(folder) else []
+            if foreign:
+                raise UsageError(f"--workdir {workdir}: {folder} holds {foreign[0]}, which relabel demo does not "
+                                 "write; choose another --workdir (the demo replaces only its own files)")
+        for name, staging in generated.items():
+            folder = os.path.join(workdir, "inputs", name)
+            os.makedirs(folder, exist_ok=True)
+            for entry in sorted(os.listdir(staging)):
+                target = os.path.join(folder, entry)
+                if os.path.isdir(target) and not os.path.islink(target):
+                    raise UsageError(f"--workdir {workdir}: {target} is a folder where relabel demo writes a file")
+                shutil.move(os.path.join(staging, entry), target)
+            folders[name] = folder
     return folders
 
 

@@ -7,13 +7,15 @@ output made with other options is refused unless --overwrite.
 """
 from __future__ import annotations
 
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 
+from rollout_relabel.pipeline import progress
 from rollout_relabel.pipeline.flags import export_parser
 from rollout_relabel.transforms.lib.errors import ExitCode, UsageError
 from rollout_relabel.transforms.lib.export import dumps as ex
 from rollout_relabel.transforms.lib.io import filesystem
-from rollout_relabel.transforms.lib.output import output_files
+from rollout_relabel.transforms.lib.output import lease, output_files
 from rollout_relabel.transforms.lib.output.manifest import MANIFEST_NAME
 from rollout_relabel.transforms.lib.output.output_dir import make_writable, refuse_other_options
 
@@ -75,18 +77,40 @@ def export(argv: list[str]) -> ExportOutcome:
             raise UsageError(f"{flag} is required")
     settings = ex.ExportSettings(args.input, args.output, args.to, args.force, args.overwrite)
     if ex.same_place(settings.input, settings.output):
-        raise UsageError("--output must not be the --input directory: the dumps' manifest would replace the run's")
-    plan = ex.plan_export(settings.input)
-    ex.refuse_terminal_reward_estimators(plan.run, settings.force)
+        raise UsageError("--output must not be the --input directory (symlinks resolved): the dumps' manifest "
+                         "would replace the run's")
+    if not filesystem.exists(filesystem.join(settings.input, MANIFEST_NAME)):
+        ex.plan_export(settings.input)  # the one message for an input that is not a complete run output
+    # the training rows are held (no run may rewrite them meanwhile), then the output
+    with _reading(settings.input):
+        plan = ex.plan_export(settings.input)
+        ex.refuse_terminal_reward_estimators(plan.run, settings.force)
+        make_writable(settings.output)
+        with lease.holding(settings.output, "export"):
+            return _export(settings, plan, args.progress)
+
+
+@contextmanager
+def _reading(input_dir: str):
+    """The input's lease while export reads it: a `relabel run` into it is refused meanwhile. An input
+    that cannot be written (read-only) is read without it; the commit checks its manifest again anyway."""
+    with ExitStack() as stack:
+        try:
+            stack.enter_context(lease.holding(input_dir, "export"))
+        except OSError:
+            pass
+        yield
+
+
+def _export(settings: ex.ExportSettings, plan: ex.ExportPlan, show_progress: bool | None) -> ExportOutcome:
     output = settings.output
-    make_writable(output)
     fingerprint = ex.fingerprint(settings, plan)
     files = [b.file for b in plan.batches]
 
-    previous = ex.read_json(output, MANIFEST_NAME)
-    started = ex.read_json(output, ex.OPTIONS_NAME)
+    previous = ex.read_own_json(output, MANIFEST_NAME, settings.overwrite)
+    started = ex.read_own_json(output, ex.OPTIONS_NAME, settings.overwrite)
     found = (previous or started or {}).get("fingerprint")
-    ours = [b["file"] for b in (previous or {}).get("batches", [])] + (started or {}).get("files", [])
+    ours = [b.get("file") for b in (previous or {}).get("batches", [])] + (started or {}).get("files", [])
     if previous is not None and found == fingerprint and not settings.overwrite and all(
             filesystem.exists(filesystem.join(output, name)) for name in files):
         return ExportOutcome(ex.exit_code(previous), output, previous,
@@ -102,24 +126,30 @@ def export(argv: list[str]) -> ExportOutcome:
     ex.remove_export_outputs(output, ours if replace else [])
     ex.write_json(output, ex.OPTIONS_NAME, {"fingerprint": fingerprint, "files": files})
 
-    written = resumed = 0
+    done = {"dumps": 0, "samples": 0, "written": 0, "resumed": 0}
     cache: dict[str, object] = {}
+    run_fingerprint = plan.run_fingerprint
 
     def read(name):  # a part holding several steps is read once for consecutive batches
         if name not in cache:
             cache.clear()
-            cache[name] = ex.read_part(settings.input, name)
+            cache[name] = ex.read_part(settings.input, name, run_fingerprint)
         return cache[name]
 
-    for batch in plan.batches:
-        if not replace and filesystem.exists(filesystem.join(output, batch.file)):
-            resumed += 1  # committed by rename: a file under its final name is complete
-            continue
-        dump = ex.build_dump(settings.input, batch, settings.to, read)
-        output_files.write_bytes_atomically(ex.dump_bytes(dump), output, batch.file)
-        written += 1
+    with progress.showing(lambda: (done["dumps"], done["samples"]), len(plan.batches), "relabel export",
+                          show_progress):
+        for batch in plan.batches:
+            if not replace and filesystem.exists(filesystem.join(output, batch.file)):
+                done["resumed"] += 1  # committed by rename: a file under its final name is complete
+            else:
+                dump = ex.build_dump(settings.input, batch, settings.to, read)
+                output_files.write_bytes_atomically(ex.dump_bytes(dump), output, batch.file)
+                done["written"] += 1
+            done["dumps"] += 1
+            done["samples"] += batch.rows
+    ex.check_input_unchanged(settings.input, plan)  # under the lease this holds; proven before the commit
     manifest = ex.build_manifest(settings, plan, fingerprint)
     ex.write_json(output, MANIFEST_NAME, manifest)
     notes = ["numbered: no batch had a step (nor a dump rollout_id); dumps are numbered 0.. in input order"] \
         if plan.numbered else []
-    return ExportOutcome(ex.exit_code(manifest), output, manifest, notes, written, resumed)
+    return ExportOutcome(ex.exit_code(manifest), output, manifest, notes, done["written"], done["resumed"])

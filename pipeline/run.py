@@ -28,6 +28,7 @@ from rollout_relabel.transforms.lib.output import lease, output_files
 from rollout_relabel.transforms.lib.output import manifest as manifest_lib
 from rollout_relabel.transforms.lib.output.output_dir import (
     make_writable,
+    manifest_or_none,
     parts_intact,
     read_manifest,
     read_stop,
@@ -95,7 +96,7 @@ def _relabel(parsed: Parsed, settings: RunSettings, files, runner_check: RunnerC
     """The run itself, once the output is ours (or nothing is written: a dry run)."""
     options, output = parsed.options, settings.output
 
-    previous = read_manifest(output)
+    previous = manifest_or_none(output, settings.overwrite)
     if previous is not None:
         same_inputs = [(i["path"], i["size"], i["mtime"]) for i in previous["inputs"]] == [
             (f.path, f.size, f.mtime) for f in files]

@@ -24,7 +24,7 @@ from rollout_relabel.transforms.lib.output import lease, output_files
 from rollout_relabel.transforms.lib.output import manifest as manifest_lib
 from rollout_relabel.transforms.lib.output.output_dir import (
     make_writable,
-    read_manifest,
+    manifest_or_none,
     refuse_other_options,
     remove_run_outputs,
     temporary_files,
@@ -67,14 +67,11 @@ def run_watch(argv: list[str], test_pipeline: beam.Pipeline | None = None) -> Ru
 
 def _prepare_output(output: str, settings) -> None:
     """Continue a watch made with the same options; refuse other options unless --overwrite."""
-    previous = read_manifest(output)
+    previous = manifest_or_none(output, settings.overwrite)
     if previous is not None and previous.get("fingerprint") != settings.fingerprint():
         if not settings.overwrite:
             refuse_other_options(output, "output", previous.get("fingerprint"), settings.fingerprint())
-        remove_run_outputs(output, [i.get("output") for i in previous["inputs"]])
-        stale = [filesystem.join(output, d) for d in (watch_records.RECORDS_DIR, watch_records.DEAD_LETTERS_DIR,
-                                                      watch_records.FILTERED_DIR)]
-        filesystem.delete_existing(stale)
+        remove_run_outputs(output, [i.get("output") for i in previous["inputs"]])  # a watch's record folders too
     stale = [watch_records.stop_path(output)] + [filesystem.join(output, n) for n in watch_records.RUN_RECORDS]
     stale += temporary_files(output)
     filesystem.delete_existing(stale)

@@ -8,7 +8,12 @@ as the same type.
 """
 from __future__ import annotations
 
+import re
+import unicodedata
 from enum import IntEnum
+
+# a terminal escape sequence (CSI: ESC [ parameters final byte, or a two-character ESC sequence)
+_ESCAPE = re.compile(r"\x1b(\[[0-?]*[ -/]*[@-~]|[@-Z\\-_])")
 
 
 class ExitCode(IntEnum):
@@ -28,10 +33,30 @@ class MissingInput(UsageError):
     """An --input path (not a glob) that names nothing: not there (yet)."""
 
 
+class NotOurOutput(UsageError):
+    """A file under one of the tool's names in an output directory that the tool did not write (another
+    tool's, damaged): refused unless --overwrite, which replaces it."""
+
+
+def printable(message: str) -> str:
+    """A message as plain text: terminal escapes (torch colours its errors) removed, other control
+    characters (line breaks too) as spaces, so that a record or a terminal shows only the words."""
+    if message.isprintable():  # the common case, checked in C
+        return message
+    text = _ESCAPE.sub("", message)
+    return "".join(" " if unicodedata.category(c) == "Cc" else c for c in text)
+
+
+class DamagedOutput(UsageError):
+    """A file the tool wrote is damaged (truncated, rewritten by hand): the command that writes it must run
+    again before its output can be read."""
+
+
 class BadFile(Exception):
     """A whole input file cannot be used (unreadable, or its rows cannot be put in batches)."""
 
     def __init__(self, reason: str, message: str):
+        message = printable(message)
         super().__init__(message)
         self.reason = reason
         self.message = message

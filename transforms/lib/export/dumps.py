@@ -17,6 +17,7 @@ import hashlib
 import io
 import json
 import os
+import re
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -24,12 +25,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from rollout_relabel import schemas
-from rollout_relabel.transforms.lib.errors import ExitCode, UsageError
+from rollout_relabel.transforms.lib.errors import DamagedOutput, ExitCode, InputChanged, NotOurOutput, UsageError
 from rollout_relabel.transforms.lib.export import dump_layout as dump_record
 from rollout_relabel.transforms.lib.io import filesystem
 from rollout_relabel.transforms.lib.labeling.settings import PROJECT, project_version
 from rollout_relabel.transforms.lib.output import output_files
 from rollout_relabel.transforms.lib.output.manifest import MANIFEST_NAME
+from rollout_relabel.transforms.lib.output.output_dir import delete_own_files, is_run_manifest
 from rollout_relabel.transforms.lib.output.plain_values import plain_table
 
 LAYOUTS = ("slime", "miles")
@@ -37,6 +39,7 @@ LAYOUTS = ("slime", "miles")
 TERMINAL_REWARD_ESTIMATORS = ("ppo", "reinforce_plus_plus")
 OPTIONS_NAME = "_export.json"   # written first: the options the directory's dumps are made with
 EXPORT_VERSION = 1
+DUMP_NAME = re.compile(r"-?[0-9]+\.pt")  # <rollout_id>.pt: the only dump names export writes (or deletes)
 ADDED = tuple(f.name for f in schemas.TRAINING_COLUMNS if f.name != "loss_mask")
 
 
@@ -89,6 +92,7 @@ class ExportPlan:
     lost_batches: list[Batch]      # batches none of whose rows was written
     lost_inputs: list[dict]        # inputs the run could not read: {path, reason}
     numbered: bool                 # no batch had a step: numbered from 0 in input order
+    run_fingerprint: str | None = None  # the run's options fingerprint: every part read must carry it
 
 
 # --- planning --------------------------------------------------------------------------------------------
@@ -100,11 +104,7 @@ def plan_export(input_dir: str) -> ExportPlan:
     if not filesystem.exists(manifest_path):
         raise UsageError(f"--input {input_dir}: no {MANIFEST_NAME}: not a complete `relabel run` output "
                          "(a run writes its manifest last; rerun an interrupted one)")
-    with filesystem.open_read(manifest_path) as handle:
-        raw = handle.read()
-    manifest = json.loads(raw)
-    if not isinstance(manifest.get("run"), dict) or not isinstance(manifest.get("inputs"), list):
-        raise UsageError(f"--input {input_dir}: {MANIFEST_NAME} is not a `relabel run` manifest")
+    raw, manifest = read_input_manifest(input_dir)
     if (manifest.get("watch") or {}).get("state", "stopped") != "stopped":
         raise UsageError(f"--input {input_dir}: `relabel watch` is still writing it; export once the watch stopped")
 
@@ -113,7 +113,7 @@ def plan_export(input_dir: str) -> ExportPlan:
         if not entry.get("output"):
             lost_inputs.append({"path": entry["path"], "reason": entry.get("unreadable") or "no rows written"})
             continue
-        parts.append(_part(input_dir, entry, manifest["fingerprint"]))
+        parts.append(_part(input_dir, entry, manifest.get("fingerprint")))
 
     batches: dict[str, Batch] = {}
     for part in parts:
@@ -127,16 +127,52 @@ def plan_export(input_dir: str) -> ExportPlan:
     _refuse_shared_ids(kept)
     return ExportPlan(manifest["run"], hashlib.sha256(raw).hexdigest(), sorted(kept, key=lambda b: b.rollout_id),
                       sorted(lost + [b for b in batches.values() if not b.rows], key=lambda b: b.key),
-                      lost_inputs, numbered)
+                      lost_inputs, numbered, manifest.get("fingerprint"))
+
+
+def read_input_manifest(input_dir: str) -> tuple[bytes, dict]:
+    """The training rows' manifest (its bytes and content); NotOurOutput when it is not a run's."""
+    with filesystem.open_read(filesystem.join(input_dir, MANIFEST_NAME)) as handle:
+        raw = handle.read()
+    try:
+        manifest = json.loads(raw)
+    except (ValueError, UnicodeDecodeError):
+        manifest = None
+    if not is_run_manifest(manifest):
+        raise NotOurOutput(f"--input {input_dir}: {MANIFEST_NAME} is not an output of relabel run (damaged or "
+                           "another tool's); rerun `relabel run --overwrite` into it")
+    return raw, manifest
+
+
+def damaged(input_dir: str, name: str, error: Exception) -> DamagedOutput:
+    return DamagedOutput(f"--input {input_dir}: {name} is damaged ({type(error).__name__}: "
+                         f"{str(error).splitlines()[0] if str(error) else 'unreadable'}); rerun the same "
+                         "`relabel run` into it to write it again, then export")
+
+
+def _footer(input_dir: str, name: str, step: bool = False):
+    """(metadata, the step column or None) of the committed Parquet file input_dir/name; DamagedOutput when
+    it cannot be read as one."""
+    try:
+        with filesystem.open_read(filesystem.join(input_dir, name)) as handle:
+            parquet = pq.ParquetFile(handle)
+            steps = None
+            if step and "step" in parquet.schema_arrow.names:
+                steps = parquet.read(columns=["step"]).column("step").to_pylist()
+            return parquet.metadata, steps
+    except (pa.ArrowException, OSError, ValueError) as error:
+        raise damaged(input_dir, name, error) from None
 
 
 def _part(input_dir: str, entry: dict, fingerprint: str) -> Part:
     path = filesystem.join(input_dir, entry["output"])
     if not filesystem.exists(path):
         raise UsageError(f"--input {input_dir}: {entry['output']} is listed in the manifest but missing")
-    with filesystem.open_read(path) as handle:
-        metadata = pq.ParquetFile(handle).metadata.metadata or {}
-    lineage = json.loads(metadata.get(output_files.LINEAGE_KEY, b"{}"))
+    metadata = _footer(input_dir, entry["output"])[0].metadata or {}
+    try:
+        lineage = json.loads(metadata.get(output_files.LINEAGE_KEY, b"{}"))
+    except ValueError as error:
+        raise damaged(input_dir, entry["output"], error) from None
     if lineage.get("fingerprint") != fingerprint:
         raise UsageError(f"--input {input_dir}: {entry['output']} was not written by the run of its manifest "
                          f"(fingerprint {lineage.get('fingerprint')} != {fingerprint})")
@@ -154,12 +190,10 @@ def _batches_of(input_dir: str, part: Part):
         yield (f"file={part.path}", rollout_id if _is_int(rollout_id) else None, None,
                len(dump_record.kept_rows(part.record)))
         return
-    with filesystem.open_read(filesystem.join(input_dir, part.output)) as handle:
-        parquet = pq.ParquetFile(handle)
-        if "step" not in parquet.schema_arrow.names:
-            yield f"file={part.path}", None, None, parquet.metadata.num_rows
-            return
-        steps = parquet.read(columns=["step"]).column("step").to_pylist()
+    metadata, steps = _footer(input_dir, part.output, step=True)
+    if steps is None:
+        yield f"file={part.path}", None, None, metadata.num_rows
+        return
     rows: dict[int, list[int]] = {}
     for position, step in enumerate(steps):
         rows.setdefault(step, []).append(position)
@@ -172,9 +206,12 @@ def _losses(input_dir: str, manifest: dict, batches: dict[str, Batch]) -> list[B
     only_lost: dict[str, Batch] = {}
     for kind in ("dead", "filtered"):
         records = []
-        for path in _record_files(input_dir, manifest["dead_letters" if kind == "dead" else "filtered"]):
-            with filesystem.open_read(path) as handle:
-                records += pq.read_table(handle, columns=["source", "row", "batch", "reason"]).to_pylist()
+        for path in _record_files(input_dir, manifest.get("dead_letters" if kind == "dead" else "filtered")):
+            try:
+                with filesystem.open_read(path) as handle:
+                    records += pq.read_table(handle, columns=["source", "row", "batch", "reason"]).to_pylist()
+            except (pa.ArrowException, OSError, ValueError) as error:
+                raise damaged(input_dir, path.replace("\\", "/").rsplit("/", 1)[-1], error) from None
         for record in records:
             if record["row"] is None:  # a whole file: among the lost inputs
                 continue
@@ -186,8 +223,8 @@ def _losses(input_dir: str, manifest: dict, batches: dict[str, Batch]) -> list[B
 
 def _record_files(input_dir: str, section: dict | None) -> list[str]:
     """dead_letters.parquet (relabel run), or the per-input files under dead_letters/ (relabel watch)."""
-    name = (section or {}).get("file")
-    if not name:
+    name = section.get("file") if isinstance(section, dict) else None
+    if not name or not isinstance(name, str) or ".." in name.split("/") or name.startswith("/"):
         return []
     if name.endswith("/"):
         found = filesystem.match(filesystem.join(input_dir, name.rstrip("/"), "*.parquet"))
@@ -267,9 +304,21 @@ def build_dump(input_dir: str, batch: Batch, to: str, read=None) -> dict:
     return dump
 
 
-def read_part(input_dir: str, output: str) -> pa.Table:
-    with filesystem.open_read(filesystem.join(input_dir, output)) as handle:
-        return pq.read_table(handle)
+def read_part(input_dir: str, output: str, fingerprint: str | None = None) -> pa.Table:
+    """A part file's rows; with fingerprint, InputChanged unless the run of that fingerprint wrote it (a run
+    replaced the part since the export planned)."""
+    try:
+        with filesystem.open_read(filesystem.join(input_dir, output)) as handle:
+            table = pq.read_table(handle)
+    except (pa.ArrowException, OSError, ValueError) as error:
+        raise damaged(input_dir, output, error) from None
+    if fingerprint is not None:
+        lineage = json.loads((table.schema.metadata or {}).get(output_files.LINEAGE_KEY, b"{}"))
+        if lineage.get("fingerprint") != fingerprint:
+            raise InputChanged(f"--input {input_dir}: {output} was rewritten by another run while exporting "
+                               f"(fingerprint {lineage.get('fingerprint')} != {fingerprint}); nothing more is "
+                               "committed: rerun the export")
+    return table
 
 
 def _parquet_sample(columns: dict[str, list], i: int) -> dict:
@@ -327,20 +376,54 @@ def fingerprint(settings: ExportSettings, plan: ExportPlan) -> str:
 
 
 def same_place(a: str, b: str) -> bool:
+    """Whether two directories are one: local paths compared with every symlink resolved."""
     if "://" in a or "://" in b:
         return a.rstrip("/") == b.rstrip("/")
-    return os.path.abspath(a) == os.path.abspath(b)
+    return os.path.realpath(a) == os.path.realpath(b)
+
+
+def check_input_unchanged(input_dir: str, plan: ExportPlan) -> None:
+    """At commit: the training rows' manifest is still the one planned from (InputChanged otherwise)."""
+    raw, _ = read_input_manifest(input_dir)
+    if hashlib.sha256(raw).hexdigest() != plan.input_digest:
+        raise InputChanged(f"--input {input_dir}: its {MANIFEST_NAME} changed while exporting (another run "
+                           "wrote it); nothing more is committed: rerun the export")
 
 
 def read_json(output: str, name: str) -> dict | None:
     return output_files.read_json(filesystem.join(output, name))
 
 
+def read_own_json(output: str, name: str, overwrite: bool) -> dict | None:
+    """The export's manifest or options record in output; None when absent. A file there that is not one
+    is refused (NotOurOutput) unless --overwrite, which replaces it (None)."""
+    try:
+        content = read_json(output, name)
+    except (ValueError, UnicodeDecodeError):
+        content = "damaged"
+    if content is None or (isinstance(content, dict) and isinstance(content.get("fingerprint"), str)
+                           and all(isinstance(b, dict) for b in content.get("batches", []))
+                           and isinstance(content.get("batches", []), list)
+                           and isinstance(content.get("files", []), list)):
+        return content
+    if overwrite:
+        return None
+    raise NotOurOutput(f"{filesystem.join(output, name)} is not an output of relabel export; pass --overwrite "
+                       "to replace it")
+
+
+def own_dump_names(names) -> list[str]:
+    """Those of names (read from the output's records) that export writes: <rollout_id>.pt, nothing else."""
+    return [n for n in names if isinstance(n, str) and DUMP_NAME.fullmatch(n)]
+
+
 def remove_export_outputs(output: str, names) -> None:
-    """The manifest first (nothing looks complete meanwhile), the options record, temporary files, `names`."""
-    paths = [filesystem.join(output, n) for n in dict.fromkeys([MANIFEST_NAME, OPTIONS_NAME, *names])]
+    """The manifest first (nothing looks complete meanwhile), the options record, temporary files, and
+    those of `names` that are export's own dump names (own_dump_names): never another file, nor a folder."""
+    paths = [filesystem.join(output, n) for n in dict.fromkeys([MANIFEST_NAME, OPTIONS_NAME,
+                                                                 *own_dump_names(names)])]
     paths += [m.path for m in filesystem.match(filesystem.join(output, output_files.TEMP_PREFIX + "*"))]
-    filesystem.delete_existing(paths)
+    delete_own_files(paths)
 
 
 def write_json(output: str, name: str, content: dict) -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import math
 from dataclasses import dataclass, field
 
 from rollout_relabel import schemas
@@ -239,9 +240,11 @@ class WatchSettings:
     step_per_file: bool = False  # the producer writes each step in one file: a step closes when its file lands
 
     def __post_init__(self):
-        if self.poll_interval <= 0:
-            raise ValueError(f"--poll-interval must be positive, got {self.poll_interval}")
-        if self.stop_after_idle is not None and self.stop_after_idle < 0:
-            raise ValueError(f"--stop-after-idle must be >= 0, got {self.stop_after_idle}")
+        # nan compares false with everything: each bound is stated so that nan and inf fail it
+        if not (0 < self.poll_interval < math.inf):
+            raise ValueError(f"--poll-interval must be a finite number of seconds above 0, got {self.poll_interval}")
+        if self.stop_after_idle is not None and not (0 <= self.stop_after_idle < math.inf):
+            raise ValueError(f"--stop-after-idle must be a finite number of seconds (0 or more), got "
+                             f"{self.stop_after_idle}")
         if self.stop_after_files is not None and self.stop_after_files < 1:
             raise ValueError(f"--stop-after-files must be >= 1, got {self.stop_after_files}")

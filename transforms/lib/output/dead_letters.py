@@ -5,6 +5,7 @@ import numpy as np
 import pyarrow as pa
 
 from rollout_relabel import schemas
+from rollout_relabel.transforms.lib.errors import printable
 from rollout_relabel.transforms.lib.io.jsonl import malformed_texts
 from rollout_relabel.transforms.lib.output.plain_values import MALFORMED_LINE_MARKER, plain_table, row_json
 from rollout_relabel.transforms.lib.output.records import RecordsWritten
@@ -16,7 +17,7 @@ def records(batch_key, sources, rows, reasons, messages) -> pa.Table:
         "row": pa.array(np.asarray(rows, dtype=np.int64)),
         "batch": pa.array([batch_key] * len(reasons), pa.string()),
         "reason": pa.array(reasons, pa.string()),
-        "message": pa.array(messages, pa.string()),
+        "message": pa.array([None if m is None else printable(m) for m in messages], pa.string()),
         "row_json": pa.nulls(len(reasons), pa.string()),
     }, schema=schemas.DEAD_LETTERS)
 
@@ -28,7 +29,7 @@ def split_by_source(records: pa.Table) -> dict[str, pa.Table]:
 
 def file_dead_letter(source: str, reason: str, message: str) -> pa.Table:
     return pa.table({"source": [source], "row": pa.array([None], pa.int64()), "batch": pa.array([None], pa.string()),
-                     "reason": [reason], "message": [message], "row_json": pa.nulls(1, pa.string())},
+                     "reason": [reason], "message": [printable(message)], "row_json": pa.nulls(1, pa.string())},
                     schema=schemas.DEAD_LETTERS)
 
 

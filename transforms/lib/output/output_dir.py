@@ -1,10 +1,18 @@
-"""The output directory as a whole: its manifest, what a run removes, its options, and stop records."""
+"""The output directory as a whole: its manifest, what a run removes, its options, and stop records.
+
+What may be deleted (docs/bad-input.md): only names the tool writes, inside the output, checked here.
+A name read from a file (a manifest lists its part files) is used only when it is a plain file name
+(no folder separator, not `.`/`..`) of one of the tool's patterns; a watch's record folders are
+emptied of the tool's file names only and removed when nothing else is left in them; nothing is
+ever deleted recursively, and a directory under a file's name is never deleted.
+"""
 from __future__ import annotations
 
+import fnmatch
 import json
 import os
 
-from rollout_relabel.transforms.lib.errors import STOPS, RunStopped, UsageError
+from rollout_relabel.transforms.lib.errors import STOPS, NotOurOutput, RunStopped, UsageError
 from rollout_relabel.transforms.lib.io import filesystem
 from rollout_relabel.transforms.lib.output import output_files
 from rollout_relabel.transforms.lib.output.manifest import MANIFEST_NAME
@@ -17,17 +25,86 @@ WATCH_RECORDS = ("_watch", "dead_letters", "filtered")
 TEMP_PROBE = "_write-probe"  # written and deleted before a run: can the output be written at all?
 
 
+PART_PATTERN = "part-*.parquet"
+# the file names a watch writes in its record folders (transforms/lib/watch/ledger.py)
+WATCH_RECORD_PATTERNS = {"_watch": ("part-*.json", "stop-requested"), "dead_letters": (PART_PATTERN,),
+                         "filtered": (PART_PATTERN,)}
+
+
 def read_manifest(output: str) -> dict | None:
-    return output_files.read_json(filesystem.join(output, MANIFEST_NAME))
+    """The run manifest in output, None when there is none; NotOurOutput when the file there is not one
+    (another tool's, damaged, hand-edited into another shape)."""
+    path = filesystem.join(output, MANIFEST_NAME)
+    try:
+        manifest = output_files.read_json(path)
+    except (ValueError, UnicodeDecodeError):
+        raise NotOurOutput(f"{path} is not an output of relabel run (not JSON); pass --overwrite to replace "
+                           "it") from None
+    if manifest is not None and not is_run_manifest(manifest):
+        raise NotOurOutput(f"{path} is not an output of relabel run (not a run manifest); pass --overwrite to "
+                           "replace it")
+    return manifest
+
+
+def is_run_manifest(manifest) -> bool:
+    """Whether a JSON value has the shape of a run manifest: what a run reads back from one."""
+    if not isinstance(manifest, dict) or not isinstance(manifest.get("run"), dict):
+        return False
+    if not isinstance(manifest.get("fingerprint"), (str, type(None))) or not isinstance(manifest.get("inputs"), list):
+        return False
+    return all(isinstance(i, dict) and isinstance(i.get("path"), str)
+               and isinstance(i.get("output"), (str, type(None))) for i in manifest["inputs"])
+
+
+def manifest_or_none(output: str, overwrite: bool) -> dict | None:
+    """read_manifest, where --overwrite replaces a file that is not a run manifest (None: nothing to keep)."""
+    try:
+        return read_manifest(output)
+    except NotOurOutput:
+        if not overwrite:
+            raise
+        return None
+
+
+def own_names(names, patterns=(PART_PATTERN,)) -> list[str]:
+    """Those of names (read from a manifest, say) that the tool may delete: plain file names (no folder
+    separator, not `.` or `..`) matching one of its patterns. Anything else is left alone."""
+    return [n for n in names if is_own_name(n, patterns)]
+
+
+def is_own_name(name, patterns=(PART_PATTERN,)) -> bool:
+    return (isinstance(name, str) and name not in ("", ".", "..") and "/" not in name and "\\" not in name
+            and "\0" not in name and any(fnmatch.fnmatchcase(name, p) for p in patterns))
+
+
+def delete_own_files(paths: list[str]) -> None:
+    """Delete those of paths that exist and are files: never a directory (the store deletes those
+    recursively) in place of a file the tool wrote."""
+    filesystem.delete_existing([p for p in paths if "://" in p or not os.path.isdir(p)])
 
 
 def remove_run_outputs(output: str, part_names) -> None:
-    """Delete the manifest (first, so nothing looks complete meanwhile), the record files (a watch's
-    folders of them too), temporary files, a stop record and the named part files. Part files not named
-    stay: a resumed run skips the complete ones."""
-    names = [MANIFEST_NAME, DEAD_LETTERS_NAME, FILTERED_NAME, STOP_NAME, *WATCH_RECORDS] + [n for n in part_names if n]
-    paths = [filesystem.join(output, n) for n in names]
-    filesystem.delete_existing(paths + temporary_files(output))
+    """Delete the manifest (first, so nothing looks complete meanwhile), the record files (what a watch
+    wrote in its folders too), temporary files, a stop record and the named part files (only names of
+    the tool's pattern: own_names). Part files not named stay: a resumed run skips the complete ones."""
+    names = [MANIFEST_NAME, DEAD_LETTERS_NAME, FILTERED_NAME, STOP_NAME] + own_names(part_names)
+    delete_own_files([filesystem.join(output, n) for n in names] + temporary_files(output))
+    remove_watch_records(output)
+
+
+def remove_watch_records(output: str) -> None:
+    """A watch's record folders: the files of its patterns in them, then each folder left empty."""
+    for folder, patterns in WATCH_RECORD_PATTERNS.items():
+        path = filesystem.join(output, folder)
+        if "://" not in output and not os.path.isdir(path):
+            continue
+        found = [m.path for m in filesystem.match(filesystem.join(path, "*"))]
+        delete_own_files([p for p in found if is_own_name(p.replace("\\", "/").rsplit("/", 1)[-1], patterns)])
+        if "://" not in output:
+            try:
+                os.rmdir(path)  # only when empty: whatever else is in it is the user's
+            except OSError:
+                pass
 
 
 def temporary_files(output: str) -> list[str]:
