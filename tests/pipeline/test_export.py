@@ -1,11 +1,13 @@
 """`relabel export`: the real fixtures come back field for field, run -> export -> run reproduces the
 advantages bit for bit, and the output directory follows relabel run's rules (atomic, resumable, no-op
 when complete, other options refused)."""
+import hashlib
 import json
 import os
 import signal
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pyarrow as pa
@@ -217,3 +219,112 @@ def test_a_stopped_watch_output_exports_with_its_per_input_dead_letters(tmp_path
                    check_codes=(3,))
     assert "7.pt: 2 dead (non-finite-reward) not exported" in proc.stdout
     assert [s["index"] for s in torch.load(tmp_path / "d" / "7.pt", weights_only=True)["samples"]] == [0, 1]
+
+
+# ---------------------------------------------------------------- the input held, failures typed
+
+def short(stderr: str) -> bool:
+    return "Traceback" not in stderr and len(stderr.strip().splitlines()) <= 2
+
+
+def test_a_run_into_the_input_is_refused_while_an_export_reads_it(tmp_path):
+    from rollout_relabel.transforms.lib.worker.faults import PAUSE_ENV
+
+    rows = generated_run(tmp_path)
+    env = dict(os.environ, **{PAUSE_ENV: "before-rename:1.pt:6"})
+    export = subprocess.Popen([sys.executable, "-m", "rollout_relabel", "export", "--input", str(rows), "--output",
+                               str(tmp_path / "d"), "--to", "slime"], cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while not (tmp_path / "d" / "0.pt").exists():
+        assert time.monotonic() < deadline and export.poll() is None, export.stderr.read() if export.poll() else ""
+        time.sleep(0.05)
+    before = (rows / "_manifest.json").read_bytes()
+    run = subprocess.run([sys.executable, "-m", "rollout_relabel", "run", "--input", str(tmp_path / "in"),
+                          "--output", str(rows), "--overwrite", "--estimator", "rloo"], cwd=ROOT,
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == 2 and "being written by another run" in run.stderr and "relabel export" in run.stderr
+    assert short(run.stderr), run.stderr
+    _, err = export.communicate(timeout=120)
+    assert export.returncode == 0, err[-3000:]
+    assert (rows / "_manifest.json").read_bytes() == before
+    assert not (rows / "_lease.json").exists() and not (tmp_path / "d" / "_lease.json").exists()
+    manifest = json.loads((tmp_path / "d" / "_manifest.json").read_text())
+    assert manifest["export"]["input_manifest_sha256"] == hashlib.sha256(before).hexdigest()
+
+
+def test_an_export_into_a_symlink_of_its_input_is_refused(tmp_path):
+    rows = generated_run(tmp_path)
+    (tmp_path / "link").symlink_to(rows, target_is_directory=True)
+    before = (rows / "_manifest.json").read_bytes()
+    proc = run_cli("export", "--input", rows, "--output", tmp_path / "link", "--to", "slime", check_codes=(2,))
+    assert "must not be the --input directory" in proc.stderr and short(proc.stderr)
+    assert (rows / "_manifest.json").read_bytes() == before and not list(rows.glob("*.pt"))
+
+
+def test_a_part_rewritten_by_another_run_after_planning_stops_the_export(tmp_path):
+    from rollout_relabel.transforms.lib.errors import InputChanged
+    from rollout_relabel.transforms.lib.export import dumps as ex
+
+    rows = generated_run(tmp_path)
+    plan = ex.plan_export(str(rows))
+    ex.check_input_unchanged(str(rows), plan)  # nothing changed yet
+    run_cli("run", "--input", tmp_path / "in", "--output", rows, "--overwrite", "--estimator", "rloo")
+    with pytest.raises(InputChanged, match="changed while exporting"):
+        ex.check_input_unchanged(str(rows), plan)
+    with pytest.raises(InputChanged, match="rewritten by another run"):
+        ex.read_part(str(rows), plan.batches[0].parts[0][0].output, plan.run_fingerprint)
+
+
+@pytest.mark.parametrize("content", ["{\"run\": {", "[]", "{\"run\": {}, \"inputs\": [{\"path\": 3}]}"])
+def test_a_corrupt_input_manifest_is_one_line_exit_2(tmp_path, content):
+    rows = generated_run(tmp_path)
+    (rows / "_manifest.json").write_text(content)
+    proc = export_subprocess(rows, tmp_path / "d")
+    assert proc.returncode == 2 and "not an output of relabel run" in proc.stderr and short(proc.stderr), proc.stderr
+
+
+def test_a_truncated_part_is_one_line_exit_2_and_exports_once_the_run_redid_it(tmp_path):
+    rows = generated_run(tmp_path)
+    run_cli("export", "--input", rows, "--output", tmp_path / "reference", "--to", "slime")
+    (part,) = [p for p in sorted(rows.glob("part-*.parquet"))][:1]
+    part.write_bytes(part.read_bytes()[:200])
+    proc = export_subprocess(rows, tmp_path / "d")
+    assert proc.returncode == 2 and part.name in proc.stderr and "damaged" in proc.stderr, proc.stderr
+    assert short(proc.stderr), proc.stderr
+    run_cli("run", "--input", tmp_path / "in", "--output", rows)  # the run redoes the damaged part
+    assert export_subprocess(rows, tmp_path / "d").returncode == 0
+    for name in ("0.pt", "1.pt", "2.pt"):
+        assert (tmp_path / "d" / name).read_bytes() == (tmp_path / "reference" / name).read_bytes()
+
+
+def test_ctrl_c_mid_export_is_130_in_one_line_and_the_rerun_completes(tmp_path):
+    from rollout_relabel.transforms.lib.worker.faults import PAUSE_ENV
+
+    rows = generated_run(tmp_path)
+    run_cli("export", "--input", rows, "--output", tmp_path / "reference", "--to", "slime")
+    env = dict(os.environ, **{PAUSE_ENV: "before-rename:1.pt:30"})
+    proc = subprocess.Popen([sys.executable, "-m", "rollout_relabel", "export", "--input", str(rows), "--output",
+                             str(tmp_path / "d"), "--to", "slime"], cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while not any(n.startswith(".tmp-") for n in (os.listdir(tmp_path / "d") if (tmp_path / "d").exists() else [])):
+        assert time.monotonic() < deadline and proc.poll() is None, "the export never started writing"
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err[-3000:]
+    assert "interrupted" in err and "rerun" in err and short(err), err
+    assert not [n for n in os.listdir(tmp_path / "d") if n.startswith(".tmp-")]
+    proc = run_cli("export", "--input", rows, "--output", tmp_path / "d", "--to", "slime")
+    assert "1 already there" in proc.stdout
+    for name in ("0.pt", "1.pt", "2.pt"):
+        assert (tmp_path / "d" / name).read_bytes() == (tmp_path / "reference" / name).read_bytes()
+
+
+def test_progress_is_shown_on_request_and_not_by_default(tmp_path):
+    rows = generated_run(tmp_path)
+    shown = run_cli("export", "--input", rows, "--output", tmp_path / "a", "--to", "slime", "--progress")
+    assert "relabel export: 3/3" in shown.stderr
+    quiet = run_cli("export", "--input", rows, "--output", tmp_path / "b", "--to", "slime", "--no-progress")
+    assert quiet.stderr == ""

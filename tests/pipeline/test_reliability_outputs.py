@@ -105,3 +105,112 @@ def test_a_malformed_jsonl_line_is_kept_whole_in_its_dead_letter(tmp_path):
     malformed = [r for r in records if r["reason"] == "malformed-line"]
     assert len(malformed) == 1
     assert strict_loads(malformed[0]["row_json"]) == {"$malformed_line": broken}
+
+
+# ---------------------------------------------------------------- only the tool's own names are deleted
+
+@pytest.fixture
+def step_run(tmp_path):
+    inputs = tmp_path / "in"
+    write_parquet_run(RunSpec(steps=2, prompts_per_step=3, files_per_step=2, seed=21), inputs)
+    return inputs
+
+
+def parts(directory) -> dict[str, bytes]:
+    return {n: (directory / n).read_bytes() for n in sorted(os.listdir(directory)) if n.startswith("part-")}
+
+
+def users_folders(output):
+    """Folders of the user's own under the names a watch uses for its records, each holding a file."""
+    mine = {}
+    for folder, name in (("filtered", "notes.txt"), ("dead_letters", "mine.parquet"), ("_watch", "keep.json")):
+        (output / folder).mkdir(parents=True)
+        (output / folder / name).write_text(f"the user's {folder}")
+        mine[output / folder / name] = f"the user's {folder}"
+    return mine
+
+
+@pytest.mark.parametrize("overwrite", [[], ["--overwrite"]])
+def test_a_run_into_an_existing_folder_keeps_the_users_folders(step_run, tmp_path, overwrite):
+    output = tmp_path / "out"
+    mine = users_folders(output)
+    run_cli("run", "--input", step_run, "--output", output, *overwrite)
+    run_cli("run", "--input", step_run, "--output", output, "--overwrite")
+    assert {path: path.read_text() for path in mine} == mine
+
+
+def test_demo_never_deletes_the_users_inputs(tmp_path):
+    slime = tmp_path / "work" / "inputs" / "slime"
+    slime.mkdir(parents=True)
+    (slime / "0.pt").write_bytes(b"the user's step 0")  # a name the demo writes, in a folder of the user's
+    (slime / "mine.pt").write_bytes(b"the user's dump")
+    proc = run_cli("demo", "--workdir", tmp_path / "work", check_codes=(2,))
+    assert "mine.pt" in proc.stderr and "relabel demo does not write" in proc.stderr and short(proc.stderr)
+    assert (slime / "mine.pt").read_bytes() == b"the user's dump"
+    assert (slime / "0.pt").read_bytes() == b"the user's step 0"
+    assert not (tmp_path / "work" / "outputs").exists()
+
+
+def plant(output, victim_file, victim_dir, key="inputs"):
+    """A run's manifest in output whose part names point outside it (and at a folder)."""
+    manifest = json.loads((output / "_manifest.json").read_text())
+    manifest["inputs"][0]["output"] = os.path.relpath(victim_file, output)
+    manifest["inputs"][1]["output"] = os.path.relpath(victim_dir, output)
+    manifest["inputs"][2]["output"] = "part-folder.parquet"
+    (output / "part-folder.parquet").mkdir()
+    (output / "part-folder.parquet" / "inside").write_text("kept")
+    (output / "_manifest.json").write_text(json.dumps(manifest))
+
+
+def test_names_read_from_a_planted_manifest_are_never_deleted(step_run, tmp_path):
+    output = tmp_path / "out"
+    run_cli("run", "--input", step_run, "--output", output)
+    victim, victim_dir = tmp_path / "victim", tmp_path / "victim_dir"
+    victim.write_text("precious")
+    victim_dir.mkdir()
+    (victim_dir / "file").write_text("precious too")
+    plant(output, victim, victim_dir)
+    run_cli("run", "--input", step_run, "--output", output, "--overwrite", "--estimator", "rloo")
+    assert victim.read_text() == "precious" and (victim_dir / "file").read_text() == "precious too"
+    assert (output / "part-folder.parquet" / "inside").read_text() == "kept"
+
+
+def test_names_read_from_a_planted_export_record_are_never_deleted(step_run, tmp_path):
+    run_cli("run", "--input", step_run, "--output", tmp_path / "rows")
+    dumps = tmp_path / "dumps"
+    run_cli("export", "--input", tmp_path / "rows", "--output", dumps, "--to", "slime")
+    victim, victim_dir = tmp_path / "victim", tmp_path / "victim_dir"
+    victim.write_text("precious")
+    victim_dir.mkdir()
+    (dumps / "7.pt").mkdir()  # a folder under a dump's name
+    (dumps / "7.pt" / "inside").write_text("kept")
+    (dumps / "notes.txt").write_text("kept")
+    record = {"fingerprint": "0" * 16, "files": ["../victim", "../victim_dir", "7.pt", "notes.txt", "/etc/passwd"]}
+    (dumps / "_export.json").write_text(json.dumps(record))
+    (dumps / "_manifest.json").unlink()
+    run_cli("export", "--input", tmp_path / "rows", "--output", dumps, "--to", "slime", "--overwrite")
+    assert victim.read_text() == "precious" and victim_dir.is_dir()
+    assert (dumps / "7.pt" / "inside").read_text() == "kept" and (dumps / "notes.txt").read_text() == "kept"
+    assert sorted(n for n in os.listdir(dumps) if n.endswith(".pt") and n != "7.pt") == ["0.pt", "1.pt"]
+
+
+# ---------------------------------------------------------------- a manifest that is not the tool's
+
+@pytest.mark.parametrize("content", ['{"counts": {', '{"hello": "world"}', '[1, 2]', '{"run": {}, "inputs": [1]}'])
+def test_a_foreign_manifest_is_refused_in_one_line_and_replaced_under_overwrite(step_run, tmp_path, content):
+    output = tmp_path / "out"
+    output.mkdir()
+    (output / "_manifest.json").write_text(content)
+    proc = relabel("run", "--input", step_run, "--output", output)
+    assert proc.returncode == 2 and "not an output of relabel run" in proc.stderr and short(proc.stderr), proc.stderr
+    assert (output / "_manifest.json").read_text() == content
+    run_cli("run", "--input", step_run, "--output", output, "--overwrite")
+    assert json.loads((output / "_manifest.json").read_text())["counts"]["rows_out"] > 0
+    assert parts(output) == parts(fresh_run(step_run, tmp_path))
+
+
+def fresh_run(inputs, tmp_path):
+    out = tmp_path / "fresh"
+    if not out.exists():
+        run_cli("run", "--input", inputs, "--output", out)
+    return out
