@@ -22,6 +22,7 @@ from rollout_relabel.transforms.lib.io.inputs import InputFile
 from rollout_relabel.transforms.lib.io.plan import step_range
 from rollout_relabel.transforms.lib.labeling.settings import RunSettings
 from rollout_relabel.transforms.lib.output.dead_letters import file_dead_letter, sorted_records, split_by_source
+from rollout_relabel.transforms.lib.output.output_dir import delete_own_files, is_own_name
 from rollout_relabel.transforms.lib.output.output_files import write_records
 from rollout_relabel.transforms.lib.output.records import (
     COUNTERS,
@@ -72,6 +73,10 @@ class RelabelLandedFn(beam.DoFn):
             return
         if release["late"]:
             by_tag = split_outputs(())
+            # a file rewritten after it was relabelled is late too: the part file of its earlier content goes,
+            # so that no part file under its name is published for rows that are no longer its rows
+            delete_own_files([filesystem.join(self._output_dir, f["output"]) for f in files
+                              if is_own_name(f["output"])])
             for f in files:
                 message = (f"{f['path']}: its batch (its steps, or its folder) was already relabelled from other "
                            "files (a later one had landed, or the producer said it was done); its rows were not in "

@@ -65,7 +65,7 @@ class PollLandedFiles(PollFn):
         if watch_records.stop_requested(self._output_dir):
             return PollResult.complete(())
         listing = self._list()
-        releases = self._landing.observe(listing, self._is_done, self._step_range)
+        releases = self._landing.observe(listing, self._is_done, self._step_range, self._relabelled_before)
         fingerprint = {(s.path, s.size, s.mtime) for s in listing}
         if releases or fingerprint != self._previous_listing:
             self._last_activity = now
@@ -112,6 +112,13 @@ class PollLandedFiles(PollFn):
             steps = record.get("steps")
             return True, tuple(steps) if steps else None
         return False, None
+
+    def _relabelled_before(self, seen: Seen) -> bool:
+        """The file was relabelled (with these options) as it was before: another size or mtime."""
+        record = watch_records.read_record(self._output_dir, seen.output)
+        return (record is not None and record.get("fingerprint") == self._fingerprint
+                and record["input"].get("path") == seen.path
+                and (record["input"].get("size"), record["input"].get("mtime")) != (seen.size, seen.mtime))
 
     def _group_done(self, record) -> bool:
         """Files relabelled together are done together: a watch stopped between their records redoes the group

@@ -7,6 +7,7 @@ import subprocess
 import sys
 import time
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
@@ -311,3 +312,52 @@ def test_areal_folders_are_released_when_closed(tmp_path):
     reference = tmp_path / "reference"
     run_cli("run", "--format", "areal", "--input", inputs, "--output", reference)
     assert part_files(output) == part_files(reference)
+
+
+def test_a_step_file_rewritten_after_it_was_relabelled_is_late_and_its_old_part_is_withdrawn(tmp_path):
+    staging, inputs, output = tmp_path / "staging", tmp_path / "in", tmp_path / "out"
+    files = write_parquet_run(RunSpec(steps=2, prompts_per_step=4, files_per_step=1, seed=8), staging)
+    inputs.mkdir()
+    for f in files:
+        land(staging / os.path.basename(f), inputs)
+    code, _, err = finish(start_watch(inputs, output, "--stop-after-idle", 2))
+    assert code == 0, err[-3000:]
+    step0 = "step-000000-part-00.parquet"
+    assert (output / f"part-{step0}").exists()  # step 0 closed by step 1 and relabelled
+
+    table = pq.read_table(inputs / step0)  # the producer rewrites step 0 (new rewards) after the fact
+    rewards = [1.0 - r for r in table.column("reward").to_pylist()]
+    rewritten = table.set_column(table.schema.get_field_index("reward"), "reward", pa.array(rewards))
+    pq.write_table(rewritten, staging / step0)
+    land(staging / step0, inputs)
+    code, _, err = finish(start_watch(inputs, output, "--stop-after-idle", 2))
+    assert code == 3, err[-3000:]
+    dead = pq.read_table(output / "dead_letters" / f"part-{step0}").to_pylist()
+    assert [(d["row"], d["reason"]) for d in dead] == [(None, "late-batch-file")]
+    assert not (output / f"part-{step0}").exists()  # its old rows are not published as if current
+    manifest = json.loads((output / "_manifest.json").read_text())
+    (entry,) = [i for i in manifest["inputs"] if i["path"].endswith(step0)]
+    assert entry["output"] is None and entry["unreadable"] == "late-batch-file"
+
+
+def test_a_step_file_rewritten_while_the_watch_runs_is_late_and_its_old_part_is_withdrawn(tmp_path):
+    staging, inputs, output = tmp_path / "staging", tmp_path / "in", tmp_path / "out"
+    files = write_parquet_run(RunSpec(steps=2, prompts_per_step=4, files_per_step=1, seed=8), staging)
+    inputs.mkdir()
+    for f in files:
+        land(staging / os.path.basename(f), inputs)
+    step0 = "step-000000-part-00.parquet"
+    watch = start_watch(inputs, output, "--stop-after-idle", 3)
+    wait_for(output / f"part-{step0}", watch)
+    table = pq.read_table(inputs / step0)
+    rewards = [1.0 - r for r in table.column("reward").to_pylist()]
+    pq.write_table(table.set_column(table.schema.get_field_index("reward"), "reward", pa.array(rewards)),
+                   staging / step0)
+    land(staging / step0, inputs)
+    wait_for(output / "dead_letters" / f"part-{step0}", watch)
+    code, _, err = finish(watch)
+    assert code == 3, err[-3000:]
+    assert not (output / f"part-{step0}").exists()
+    manifest = json.loads((output / "_manifest.json").read_text())
+    (entry,) = [i for i in manifest["inputs"] if i["path"].endswith(step0)]
+    assert entry["output"] is None and entry["unreadable"] == "late-batch-file"

@@ -26,7 +26,12 @@ A landed file is released as a group of files to relabel together:
 - A file whose steps overlap a step already released, or that lands in a folder
   already released, is late: it is released alone, marked late, and
   dead-lettered whole (`late-batch-file`): its rows were not part of the
-  statistics its batch was normalized with.
+  statistics its batch was normalized with. So is a file of a shared batch (a
+  step range, or a folder) rewritten after it was relabelled (relabelled_before:
+  its record is there for an earlier size or mtime), whether this watcher or an
+  earlier one relabelled it: its batch's other files were normalized with its
+  old rows. (The relabeller withdraws its old part file.) A file that is a batch
+  alone is simply relabelled again.
 """
 from __future__ import annotations
 
@@ -95,9 +100,10 @@ class Landing:
     closed_folders: set = field(default_factory=set)  # folders already released
     landed_folders: set = field(default_factory=set)  # folders with a landed (or done) file
 
-    def observe(self, listing: list[Seen], is_done, step_range) -> list[Release]:
+    def observe(self, listing: list[Seen], is_done, step_range, relabelled_before=None) -> list[Release]:
         """One poll. is_done(seen) -> (done, step range of the done file or None); step_range(seen)
-        -> (low, high) or None (no usable `step`: one batch)."""
+        -> (low, high) or None (no usable `step`: one batch); relabelled_before(seen) -> whether an
+        earlier version of the file (another size or mtime) was relabelled."""
         current = {s.path: (s.size, s.mtime) for s in listing}
         releases: list[Release] = []
         for seen in listing:
@@ -116,6 +122,11 @@ class Landing:
                     self.landed_folders.add(seen.folder)
                 elif done_range is not None:
                     self._close(done_range)
+                continue
+            if relabelled_before is not None and relabelled_before(seen) and (
+                    self.batch_from == "folder" or step_range(seen) is not None):
+                self.released.add(seen.identity)
+                releases.append(Release([seen.record()], late=True))
                 continue
             if self.batch_from == "folder":
                 if seen.folder in self.closed_folders:

@@ -86,3 +86,16 @@ def test_a_restarted_folder_watcher_learns_closed_folders_from_done_files():
     landing = Landing(batch_from="folder")
     listing = [seen("run/1/a", marked=True), seen("run/1/b", marked=True)]
     assert observe(landing, listing, done={"run/1/a"}) == [(["run/1/b"], True)]
+
+
+def test_a_file_of_a_shared_batch_rewritten_after_it_was_relabelled_is_late_a_lone_one_is_redone():
+    steps = {"s0": (0, 0), "s1": (1, 1)}
+    before = {"s0", "dump"}  # relabelled earlier (by this watcher or another) in another version
+    landing = Landing()
+    listing = [seen("s0", size=11, marked=True), seen("s1", marked=True), seen("dump", size=11, marked=True)]
+    releases = landing.observe(listing, lambda s: (False, None), lambda s: steps.get(s.path),
+                               lambda s: s.path in before)
+    assert [([f["path"] for f in r.files], r.late) for r in releases] == [(["s0"], True), (["dump"], False)]
+    folders = Landing(batch_from="folder")
+    releases = folders.observe([seen("a/x", marked=True)], lambda s: (False, None), lambda s: None, lambda s: True)
+    assert [([f["path"] for f in r.files], r.late) for r in releases] == [(["a/x"], True)]
