@@ -4,8 +4,8 @@ The work is RelabelFileGroupFn's (the same function writes the same bytes as
 `relabel run`); this stage adds what a stream needs: each input's dead
 letters and filtered rows in their own file (dead_letters/<part name>,
 filtered/<part name>), a per-input record (_watch/<part stem>.json, written
-last: the input is done), and the manifest rewritten from the records after
-every group. A stop request (Ctrl-C) is honoured between groups: a group not
+last: the input is done), and the manifest rewritten from the records (paced:
+transforms/lib/watch/ledger.py). A stop request (Ctrl-C) is honoured between groups: a group not
 started is left for the next watch.
 """
 from __future__ import annotations
@@ -64,6 +64,8 @@ class RelabelLandedFn(beam.DoFn):
 
     def setup(self):
         self._group_fn.setup()
+        self._records = watch_records.RecordCache()
+        self._pacer = watch_records.ManifestPacer()
 
     def process(self, release_json):
         release = json.loads(release_json)
@@ -93,7 +95,9 @@ class RelabelLandedFn(beam.DoFn):
             counter("files_done").inc()
             yield {"path": f["path"], "output": f["output"], "rows_out": sum(
                 s.rows_out for s in by_tag[STATS] if isinstance(s, FileWritten) and s.source == f["path"])}
-        watch_records.write_watch_manifest(self._output_dir, self._lineage, self._fingerprint, "running")
+        if self._pacer.due():  # the running manifest, at a pace that keeps its cost a bounded share (ledger.py)
+            self._pacer.timed(lambda: watch_records.write_watch_manifest(
+                self._output_dir, self._lineage, self._fingerprint, "running", cache=self._records))
 
     def _record(self, item: dict, group: list[dict], by_tag: dict, dead, filtered, first: bool) -> dict:
         source = item["path"]

@@ -3,12 +3,22 @@
 DIR/_watch/<part name>.json is written (atomically) after an input's training
 rows and dead letters: its presence, with the same options fingerprint and
 input size and mtime, means the input is done. The manifest is rebuilt from
-these records after every input, so it never depends on one process's memory
-and a restarted watch continues the same counts.
+these records, so it never depends on one process's memory and a restarted
+watch continues the same counts.
+
+While the watch runs, that rebuild reads every record and writes a manifest the
+size of all inputs done: after every input it would make the watch's cost per
+file grow with the files done. So a running watch keeps the records it has read
+(RecordCache: by name, size and mtime, so a record another worker rewrote is
+read again) and rewrites its "running" manifest only once the time since the
+last rewrite is REWRITE_COST_FACTOR times what that rewrite took (ManifestPacer):
+its cost stays a bounded share of the watch's time, whatever the number of files
+done. The stopped watch's manifest is always written in full, at the end.
 """
 from __future__ import annotations
 
 import json
+import time
 
 from rollout_relabel.transforms.lib.io import filesystem
 from rollout_relabel.transforms.lib.output import manifest as manifest_lib
@@ -56,14 +66,52 @@ def is_done(record: dict | None, fingerprint: str, item: dict) -> bool:
             and all(record["input"].get(k) == item[k] for k in ("path", "size", "mtime")))
 
 
+REWRITE_COST_FACTOR = 10.0  # a running manifest is rewritten after 10x the time its last rewrite took
+
+
+class RecordCache:
+    """The records read so far, by (path, size, mtime) of their file: a listing then reads only new ones."""
+
+    def __init__(self):
+        self._by_file: dict[tuple, dict] = {}
+
+    def read(self, output_dir: str) -> list[dict]:
+        matched = filesystem.match(filesystem.join(records_dir(output_dir), "*.json"))
+        records, seen = [], {}
+        for meta in sorted(matched, key=lambda m: m.path):
+            name = meta.path.replace("\\", "/").rsplit("/", 1)[-1]
+            if name.startswith(output_files.TEMP_PREFIX):
+                continue
+            key = (meta.path, int(meta.size_in_bytes), float(meta.last_updated_in_seconds))
+            record = self._by_file.get(key)
+            if record is None:
+                record = output_files.read_json(meta.path)
+            seen[key] = record
+            records.append(record)
+        self._by_file = seen
+        return records
+
+
+class ManifestPacer:
+    """When a running watch rewrites its manifest: the first time, then once REWRITE_COST_FACTOR times the
+    last rewrite's duration has passed."""
+
+    def __init__(self, clock=time.monotonic):
+        self._clock = clock
+        self._next = None
+
+    def due(self) -> bool:
+        return self._next is None or self._clock() >= self._next
+
+    def timed(self, write) -> None:
+        started = self._clock()
+        write()
+        now = self._clock()
+        self._next = now + REWRITE_COST_FACTOR * (now - started)
+
+
 def read_records(output_dir: str) -> list[dict]:
-    matched = filesystem.match(filesystem.join(records_dir(output_dir), "*.json"))
-    records = []
-    for meta in sorted(matched, key=lambda m: m.path):
-        name = meta.path.replace("\\", "/").rsplit("/", 1)[-1]
-        if not name.startswith(output_files.TEMP_PREFIX):
-            records.append(output_files.read_json(meta.path))
-    return records
+    return RecordCache().read(output_dir)
 
 
 def merge_record_stats(kind: str, summaries: list[dict], directory: str) -> RecordsWritten:
@@ -80,9 +128,9 @@ def merge_record_stats(kind: str, summaries: list[dict], directory: str) -> Reco
 
 
 def build_watch_manifest(output_dir: str, run_record: dict, fingerprint: str, state: str,
-                         not_done: list[str] | None = None) -> dict:
+                         not_done: list[str] | None = None, cache: RecordCache | None = None) -> dict:
     """The manifest of everything done so far in output_dir (under these options)."""
-    records = [r for r in read_records(output_dir) if r.get("fingerprint") == fingerprint]
+    records = [r for r in (cache or RecordCache()).read(output_dir) if r.get("fingerprint") == fingerprint]
     stats = [stat_from_dict(s) for r in records for s in r["stats"]]
     stats.append(merge_record_stats("dead", [r["dead"] for r in records], DEAD_LETTERS_DIR))
     stats.append(merge_record_stats("filtered", [r["filtered"] for r in records], FILTERED_DIR))
@@ -92,7 +140,7 @@ def build_watch_manifest(output_dir: str, run_record: dict, fingerprint: str, st
 
 
 def write_watch_manifest(output_dir: str, run_record: dict, fingerprint: str, state: str,
-                         not_done: list[str] | None = None) -> dict:
-    manifest = build_watch_manifest(output_dir, run_record, fingerprint, state, not_done)
+                         not_done: list[str] | None = None, cache: RecordCache | None = None) -> dict:
+    manifest = build_watch_manifest(output_dir, run_record, fingerprint, state, not_done, cache)
     output_files.write_bytes_atomically(manifest_lib.dumps(manifest), output_dir, manifest_lib.MANIFEST_NAME)
     return manifest
