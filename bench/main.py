@@ -2,6 +2,7 @@
 
     python -m bench [--sizes S,M,M2,T,T1] [--rounds 3] [--skip-check] [--markdown FILE]
                     [--peers pipeline,duckdb,polars,loop,floor,floor2] [--skip-startup] [--skip-micro]
+                    [--skip-watch]
 
 1. Datasets (bench/data/<size>/, generated once, reused while the spec stamp matches).
 2. Check (unless --skip-check): every peer's output equals the pipeline's on every
@@ -10,6 +11,8 @@
    measured from its parent, a small launcher process (perf_counter wall, os.wait4 rusage
    peak RSS and CPU; see bench/launcher.py).
 4. Start-up cost of the pipeline and the numeric core's throughput.
+   `relabel watch` over a backlog of 1,000 files against `relabel run` on them (bench/watch_backlog.py;
+   target: within 2x).
 5. Report: printed, and written as markdown to bench/out/report.md (and --markdown FILE).
 """
 from __future__ import annotations
@@ -28,7 +31,7 @@ import time
 import pyarrow.parquet as pq
 
 from bench import datasets as ds_lib
-from bench import first_group
+from bench import first_group, watch_backlog
 from bench.harness import (
     ALIASES,
     IMPLS,
@@ -66,6 +69,7 @@ def parse_args(argv):
                         "on Beam's Dask runner, a LocalCluster, needs the dask extra)")
     parser.add_argument("--skip-startup", action="store_true", help="do not measure the pipeline's start-up cost")
     parser.add_argument("--skip-micro", action="store_true", help="do not run the numeric-core micro-benchmark")
+    parser.add_argument("--skip-watch", action="store_true", help="do not time relabel watch over a backlog")
     args = parser.parse_args(argv)
     args.sizes = [s.strip().upper() for s in args.sizes.split(",") if s.strip()]
     unknown = [s for s in args.sizes if s not in ds_lib.DATASETS]
@@ -373,6 +377,15 @@ def report(args, env, results, load_before, load_after, started, elapsed) -> str
                 for name, r in c["by_backend"].items()]
         md.append(md_table(["backend", "best s", "rows/s", "all runs s"], rows))
         md.append("")
+    if results.get("watch_backlog"):
+        w = results["watch_backlog"]
+        md.append("## relabel watch over a backlog")
+        md.append("")
+        md.append(f"{w['files']} small slime dumps present when the watch starts (bench/watch_backlog.py): "
+                  f"`relabel run` {w['run_s']:.1f} s, `relabel watch --stop-after-files {w['files']}` "
+                  f"{w['watch_s']:.1f} s: watch / run = {w['ratio']:.2f} (target <= {w['target']:g}: "
+                  f"{'met' if w['met'] else 'NOT met'}).")
+        md.append("")
     md.append(f"Total benchmark wall time {elapsed / 60:.1f} min.")
     return "\n".join(md) + "\n"
 
@@ -443,6 +456,8 @@ def main(argv=None) -> int:
             results["startup"] = startup(os.path.abspath(small), os.path.abspath(medium))
         if micro_dir:
             results["core"] = core_micro(os.path.abspath(micro_dir))
+        if not args.skip_watch:
+            results["watch_backlog"] = watch_backlog.measure(1000, log=log)
     except RunFailed as error:
         log(f"\nBENCHMARK FAILED: {error}")
         return 1

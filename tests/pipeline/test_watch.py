@@ -361,3 +361,14 @@ def test_a_step_file_rewritten_while_the_watch_runs_is_late_and_its_old_part_is_
     manifest = json.loads((output / "_manifest.json").read_text())
     (entry,) = [i for i in manifest["inputs"] if i["path"].endswith(step0)]
     assert entry["output"] is None and entry["unreadable"] == "late-batch-file"
+
+
+@pytest.mark.parametrize("flag,value", [("--poll-interval", "nan"), ("--poll-interval", "inf"),
+                                        ("--poll-interval", "0"), ("--stop-after-idle", "nan"),
+                                        ("--stop-after-idle", "inf")])
+def test_a_non_finite_interval_is_a_usage_error(tmp_path, flag, value):
+    (tmp_path / "in").mkdir()
+    options = {"--poll-interval": POLL, "--stop-after-idle": "1", flag: value}
+    proc = run_cli("watch", "--input", tmp_path / "in", "--output", tmp_path / "out",
+                   *[x for item in options.items() for x in item], check_codes=(2,))
+    assert flag in proc.stderr and ("finite" in proc.stderr) and len(proc.stderr.strip().splitlines()) == 1

@@ -69,3 +69,12 @@ def test_types_without_conversion_are_the_same_objects():
     table = pa.table({"a": [1, 2], "b": [[1.5], []], "c": ["x", None]})
     assert plain_table(table) is table or plain_table(table).equals(table)
     assert row_json({"when": datetime.date(2020, 1, 2), "n": 1.5}) == '{"when": "2020-01-02", "n": 1.5}'
+
+
+def test_messages_lose_terminal_escapes_and_control_characters():
+    from rollout_relabel.transforms.lib.errors import BadFile, printable
+
+    torch_like = "Weights only load failed. \x1b[1mdo those steps only if you trust the source\x1b[0m.\n\t(1) x\x07"
+    assert printable(torch_like) == "Weights only load failed. do those steps only if you trust the source.   (1) x "
+    assert BadFile("unsafe-pickle", torch_like).message == printable(torch_like)
+    assert printable("plain text, ünïcode") == "plain text, ünïcode"
