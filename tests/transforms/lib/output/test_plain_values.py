@@ -75,6 +75,6 @@ def test_messages_lose_terminal_escapes_and_control_characters():
     from rollout_relabel.transforms.lib.errors import BadFile, printable
 
     torch_like = "Weights only load failed. \x1b[1mdo those steps only if you trust the source\x1b[0m.\n\t(1) x\x07"
-    assert printable(torch_like) == "Weights only load failed. do those steps only if you trust the source.   (1) x "
+    assert printable(torch_like) == "Weights only load failed. do those steps only if you trust the source.  (1) x "
     assert BadFile("unsafe-pickle", torch_like).message == printable(torch_like)
     assert printable("plain text, ünïcode") == "plain text, ünïcode"
