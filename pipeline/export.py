@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 from rollout_relabel.pipeline import progress
 from rollout_relabel.pipeline.flags import export_parser
-from rollout_relabel.transforms.lib.errors import ExitCode, UsageError
+from rollout_relabel.transforms.lib.errors import ExitCode, InputChanged, UsageError
 from rollout_relabel.transforms.lib.export import dumps as ex
 from rollout_relabel.transforms.lib.io import filesystem
 from rollout_relabel.transforms.lib.output import lease, output_files
@@ -136,18 +136,22 @@ def _export(settings: ex.ExportSettings, plan: ex.ExportPlan, show_progress: boo
             cache[name] = ex.read_part(settings.input, name, run_fingerprint)
         return cache[name]
 
-    with progress.showing(lambda: (done["dumps"], done["samples"]), len(plan.batches), "relabel export",
-                          show_progress):
-        for batch in plan.batches:
-            if not replace and filesystem.exists(filesystem.join(output, batch.file)):
-                done["resumed"] += 1  # committed by rename: a file under its final name is complete
-            else:
-                dump = ex.build_dump(settings.input, batch, settings.to, read)
-                output_files.write_bytes_atomically(ex.dump_bytes(dump), output, batch.file)
-                done["written"] += 1
-            done["dumps"] += 1
-            done["samples"] += batch.rows
-    ex.check_input_unchanged(settings.input, plan)  # under the lease this holds; proven before the commit
+    try:
+        with progress.showing(lambda: (done["dumps"], done["samples"]), len(plan.batches), "relabel export",
+                              show_progress):
+            for batch in plan.batches:
+                if not replace and filesystem.exists(filesystem.join(output, batch.file)):
+                    done["resumed"] += 1  # committed by rename: a file under its final name is complete
+                else:
+                    dump = ex.build_dump(settings.input, batch, settings.to, read)
+                    output_files.write_bytes_atomically(ex.dump_bytes(dump), output, batch.file)
+                    done["written"] += 1
+                done["dumps"] += 1
+                done["samples"] += batch.rows
+        ex.check_input_unchanged(settings.input, plan)  # under the lease this holds; proven before the commit
+    except InputChanged:
+        ex.remove_export_outputs(output, files)  # made from rows that changed: a rerun starts afresh
+        raise
     manifest = ex.build_manifest(settings, plan, fingerprint)
     ex.write_json(output, MANIFEST_NAME, manifest)
     notes = ["numbered: no batch had a step (nor a dump rollout_id); dumps are numbered 0.. in input order"] \

@@ -96,8 +96,8 @@ def remove_watch_records(output: str) -> None:
     """A watch's record folders: the files of its patterns in them, then each folder left empty."""
     for folder, patterns in WATCH_RECORD_PATTERNS.items():
         path = filesystem.join(output, folder)
-        if "://" not in output and not os.path.isdir(path):
-            continue
+        if "://" not in output and (os.path.islink(path) or not os.path.isdir(path)):
+            continue  # a link leads outside the output: nothing there is the tool's to delete
         found = [m.path for m in filesystem.match(filesystem.join(path, "*"))]
         delete_own_files([p for p in found if is_own_name(p.replace("\\", "/").rsplit("/", 1)[-1], patterns)])
         if "://" not in output:
