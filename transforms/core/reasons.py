@@ -35,10 +35,18 @@ REASONS = (
     "missing-baseline",       # remax: a unit's baseline is null, non-numeric or non-finite (unit: its group)
     "gdpo-too-few-tokens",    # gdpo: the batch's written rows have < 2 trainable tokens (unit: the batch)
     "malformed-line",         # a JSONL line that is not a JSON object (unit: the line alone)
+    # version 3 of the contract (SEMANTICS.md, "Off-policy preprocessing"): dead letters
+    "missing-version",   # --max-staleness: a unit's version is null, an empty list or not a number (its group)
+    "missing-metric",    # --filter-metric: a unit's metric is null or not a number (its group)
+    # ... and the reasons of filtered.parquet rows (not dead letters), first one first when several apply
+    "stale",             # the row's unit is older than --max-staleness versions
+    "metric-band",       # the group's mean metric lies outside --keep-band
+    "uniform-group",     # --drop-uniform-groups: the group's unit values are all equal (within the tolerance)
 )
 CODE = {name: i for i, name in enumerate(REASONS)}
 
 UNIFORM_GROUP = "uniform-group"  # reason of filtered.parquet rows (not a dead letter)
+FILTER_REASONS = ("stale", "metric-band", UNIFORM_GROUP)  # precedence order
 
 
 class BadFile(Exception):

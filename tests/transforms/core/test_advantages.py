@@ -372,7 +372,7 @@ def test_remax_subtracts_the_mainstream_baseline(run):
             rollout(5, 1.0, group=2, baseline=0.0), rollout(6, 1.0, group=2, baseline=0.5),  # uniform: 0
             rollout(7, 1.0, group=3, baseline=float("nan")), rollout(8, 0.0, group=3, baseline=0.0)]
     out = run(rows, estimator="remax")
-    assert out.advantage.tolist() == [0.5, -0.5, 1.75, 1.75, 2.0, 0.0, 0.0, 0.0, 0.0]
+    assert out.advantage.tolist() == [0.5, -0.5, 1.75, 1.75, 2.0, 1.0, 0.5, 0.0, 0.0]
     assert reasons(out) == [""] * 7 + ["missing-baseline"] * 2
 
 
