@@ -260,6 +260,8 @@ def unit_advantages(unit_rewards: list[float], config: CoreConfig, estimator: st
     estimator = estimator or config.estimator
     k = len(unit_rewards)
     raw = config.singleton_groups == "raw"
+    if k == 0:                                        # every unit out of the statistics
+        return []
     if estimator == "remax":                          # per unit (version 3): no hygiene rule, no one-unit rule
         return [r - b for r, b in zip(unit_rewards, baselines)]
     if is_uniform(unit_rewards, config):

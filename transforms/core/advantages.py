@@ -68,8 +68,6 @@ def _relabel(xp, inp: CoreInput, config: CoreConfig, drop_uniform_groups: bool =
     stale_unit = None
     if config.max_staleness is not None:
         stale_unit, missing_version = _stale_units(xp, inp, config, chosen)
-        group_problem = xp.where((group_problem == 0) & _any_per_segment(xp, unit_group, n_groups, missing_version),
-                                 CODE["missing-version"], group_problem)
     out_of_stats = stale_unit if config.stale_dropped else None
     if config.excludes_zero_mask and config.normalizes:
         no_tokens = xp.segment(unit, n_units, inp.trainable, "sum") == 0
@@ -86,6 +84,9 @@ def _relabel(xp, inp: CoreInput, config: CoreConfig, drop_uniform_groups: bool =
     if config.normalizes:
         group_problem = _estimator_problems(xp, inp, config, chosen, unit_group, n_groups, k[:n_groups],
                                             group_problem)
+    if stale_unit is not None:
+        group_problem = xp.where((group_problem == 0) & _any_per_segment(xp, unit_group, n_groups, missing_version),
+                                 CODE["missing-version"], group_problem)
     if gdpo:
         uniform_stat = parts.uniform_group
     else:
