@@ -64,6 +64,10 @@ class RunOutcome:
                              + f"  -> {filesystem.join(self.output, dead['file'])}")
             else:
                 lines.append("dead letters none")
+            filtered = self.manifest.get("filtered") or {}
+            if filtered.get("by_reason"):
+                lines.append("filtered    " + ", ".join(f"{k}: {v}" for k, v in filtered["by_reason"].items())
+                             + f"  -> {filesystem.join(self.output, filtered['file'])}")
             lines.append(f"output      {self.output}")
         return "\n".join(lines)
 

@@ -21,6 +21,21 @@ rollout_batch_size, reward_key) and from the environment for the project's own:
     ROLLOUT_RELABEL_ZERO_BAD_GROUPS  1: a bad prompt group gets rewards 0 (counted in a warning) instead of
                                      raising BadRollouts
 
+Off-policy preprocessing (docs/semantics.md), by the CLI flags' names:
+
+    ROLLOUT_RELABEL_MAX_STALENESS    K: samples more than K weight versions old are stale
+    ROLLOUT_RELABEL_CURRENT_VERSION  V (default: the step's newest sample version)
+    ROLLOUT_RELABEL_STALE_ROWS       baseline-only (default) | drop
+    ROLLOUT_RELABEL_VERSION_FIELD    the sample attribute holding its version (default weight_versions; a
+                                     list gives its smallest); `metadata.KEY` reads a metadata key
+    ROLLOUT_RELABEL_ZERO_MASK_UNITS  baseline (default) | exclude
+    ROLLOUT_RELABEL_KEEP_BAND        LO:HI; ROLLOUT_RELABEL_FILTER_METRIC: the attribute (or metadata.KEY)
+                                     averaged instead of the rewards
+    ROLLOUT_RELABEL_UNIFORM_TOLERANCE EPS
+
+The trainer trains every sample it is given: a sample `relabel run` would filter (stale, metric-band) gets
+reward 0 here, counted in a warning.
+
 Imports numpy and the project's numeric core only: no Beam, no pyarrow.
 """
 from __future__ import annotations
@@ -40,6 +55,16 @@ SEMANTICS_ENV = "ROLLOUT_RELABEL_SEMANTICS"
 MAINSTREAM_ENV = "ROLLOUT_RELABEL_MAINSTREAM"
 ESTIMATOR_ENV = "ROLLOUT_RELABEL_ESTIMATOR"
 ZERO_BAD_GROUPS_ENV = "ROLLOUT_RELABEL_ZERO_BAD_GROUPS"
+# version 3: the off-policy options, each ROLLOUT_RELABEL_<FLAG NAME>
+OFF_POLICY_ENV = {"max_staleness": ("ROLLOUT_RELABEL_MAX_STALENESS", int),
+                  "current_version": ("ROLLOUT_RELABEL_CURRENT_VERSION", int),
+                  "stale_rows": ("ROLLOUT_RELABEL_STALE_ROWS", str),
+                  "zero_mask_units": ("ROLLOUT_RELABEL_ZERO_MASK_UNITS", str),
+                  "keep_band": ("ROLLOUT_RELABEL_KEEP_BAND", str),
+                  "uniform_tolerance": ("ROLLOUT_RELABEL_UNIFORM_TOLERANCE", float)}
+VERSION_FIELD_ENV = "ROLLOUT_RELABEL_VERSION_FIELD"
+FILTER_METRIC_ENV = "ROLLOUT_RELABEL_FILTER_METRIC"
+DEFAULT_VERSION_FIELD = "weight_versions"  # slime / miles Sample
 # the source a dead-letter message names: `relabel run` names the dump's path, the hook has none
 SOURCE = "<samples>"
 BATCH = f"file={SOURCE}"
@@ -60,6 +85,14 @@ class BadRollouts(ValueError):
 
 def config_from(args) -> CoreConfig:
     """The core's options from the trainer's args and the ROLLOUT_RELABEL_* variables."""
+    off_policy = {}
+    for name, (variable, kind) in OFF_POLICY_ENV.items():
+        text = os.environ.get(variable)
+        if text:
+            try:
+                off_policy[name] = kind(text)
+            except ValueError as error:
+                raise ValueError(f"rollout_relabel hook: {variable}={text!r} is not a valid {kind.__name__}") from error
     try:
         return CoreConfig(
             semantics=os.environ.get(SEMANTICS_ENV) or "rollout-mainstream",
@@ -69,18 +102,33 @@ def config_from(args) -> CoreConfig:
             mainstream=os.environ.get(MAINSTREAM_ENV) or None,
             n_samples_per_prompt=getattr(args, "n_samples_per_prompt", None),
             rollout_batch_size=getattr(args, "rollout_batch_size", None),
+            **off_policy,
         )
     except ValueError as error:
         raise ValueError(f"rollout_relabel hook: {error} (from args and {SEMANTICS_ENV} / {MAINSTREAM_ENV} / "
-                         f"{ESTIMATOR_ENV})") from error
+                         f"{ESTIMATOR_ENV} / ROLLOUT_RELABEL_*)") from error
 
 
 def relabel_rewards(args, samples) -> tuple[list, list[float]]:
     """(raw_rewards, rewards) for one step's samples: the project's advantages as the rewards."""
     config = config_from(args)
-    rows = rows_from_samples(samples, getattr(args, "reward_key", None))
+    version_field = (os.environ.get(VERSION_FIELD_ENV) or DEFAULT_VERSION_FIELD
+                     if config.max_staleness is not None else None)
+    metric_field = os.environ.get(FILTER_METRIC_ENV) or None
+    if metric_field is not None and config.keep_band is None:
+        raise ValueError(f"rollout_relabel hook: {FILTER_METRIC_ENV} needs ROLLOUT_RELABEL_KEEP_BAND=LO:HI")
+    rows = rows_from_samples(samples, getattr(args, "reward_key", None), version_field, metric_field)
     out = compute_advantages(rows.core, config)
     advantage = out.advantage
+    filtered = np.flatnonzero(out.filtered != 0)
+    if filtered.size:  # the trainer trains every sample it gets: one `relabel run` would not write gets 0
+        advantage = advantage.copy()
+        advantage[filtered] = 0.0
+        counts = {}
+        for code in out.filtered[filtered].tolist():
+            counts[REASONS[code]] = counts.get(REASONS[code], 0) + 1
+        log.warning("rollout_relabel: %d of %d samples are filtered (%s) and get reward 0", filtered.size,
+                    len(samples), ", ".join(f"{k}: {v}" for k, v in sorted(counts.items())))
     dead = np.flatnonzero(out.problem != 0)
     if dead.size:
         records = _records(rows, out, dead, config)

@@ -156,6 +156,11 @@ class CoreConfig:
         return float(low), float(high)
 
     @property
+    def filters(self) -> bool:
+        """Rows may be filtered whatever --drop-uniform-groups says: staleness or a band is set."""
+        return self.max_staleness is not None or self.keep_band is not None
+
+    @property
     def stale_dropped(self) -> bool:
         """Stale units are removed before the statistics (--stale-rows drop)."""
         return self.max_staleness is not None and self.stale_rows == "drop"

@@ -74,7 +74,8 @@ class SampleRows:
     details: dict[int, str]     # row -> the text of its problem
 
 
-def rows_from_samples(samples, reward_key: str | None = None) -> SampleRows:
+def rows_from_samples(samples, reward_key: str | None = None, version_field: str | None = None,
+                      metric_field: str | None = None) -> SampleRows:
     """The core's input for one batch of Sample-like objects (attributes as slime / miles Sample has them).
 
     Cost: one sum() over each loss mask (the trainer's own rollout_mask_sums does the same), the rest
@@ -156,8 +157,46 @@ def rows_from_samples(samples, reward_key: str | None = None) -> SampleRows:
         row_problem=problem,
         num_batches=1,
         prompt_group_sizes=[None],
+        version=None if version_field is None else _numbers(samples, version_field, smallest=True),
+        metric=None if metric_field is None else _numbers(samples, metric_field, smallest=False),
     )
     return SampleRows(core, reward, details)
+
+
+def sample_value(sample, path: str):
+    """A sample's value at `path`: an attribute, then keys into dicts (`metadata.acc`); None when absent."""
+    name, *keys = path.split(".")
+    value = getattr(sample, name, None)
+    for key in keys:
+        value = value.get(key) if isinstance(value, dict) else None
+    return value
+
+
+def _numbers(samples, path: str, smallest: bool) -> np.ndarray:
+    """float64 per sample at `path`: a number, a boolean (0/1) or a numeric string; with `smallest`, a list
+    of them gives its smallest (slime's weight_versions: the oldest weights behind the sample). NaN where
+    unusable (the core's missing-version / missing-metric decide what that means)."""
+    def number(value):
+        if isinstance(value, (bool, np.bool_)):
+            return float(value)
+        if isinstance(value, (int, float, np.integer, np.floating)):
+            return float(value)
+        if isinstance(value, str):
+            try:
+                return float(value)
+            except ValueError:
+                return float("nan")
+        return float("nan")
+
+    out = np.full(len(samples), np.nan)
+    for i, sample in enumerate(samples):  # a per-sample attribute walk: the hook's step is small
+        value = sample_value(sample, path)
+        if smallest and isinstance(value, (list, tuple)):
+            values = [number(v) for v in value]
+            out[i] = min(values) if values and not any(np.isnan(values)) else np.nan
+        else:
+            out[i] = number(value)
+    return out
 
 
 def _field(samples, name) -> list:

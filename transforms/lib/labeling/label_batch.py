@@ -23,7 +23,7 @@ from rollout_relabel.transforms.lib.output.records import BatchCounts
 class BatchResult:
     results: dict[str, pa.Table]          # source -> RESULT rows that will be written
     dead: pa.Table                        # DEAD_LETTERS rows
-    filtered: pa.Table                    # DEAD_LETTERS rows with reason uniform-group
+    filtered: pa.Table                    # DEAD_LETTERS rows with a filter reason (stale, metric-band, uniform-group)
     counters: BatchCounts
 
 
@@ -71,7 +71,8 @@ def label_batch(batch_key: str, parts: list[tuple[str, pa.Table]], prompt_group_
     dead_code = out.problem
     live = dead_code == 0
     uniform = out.uniform
-    keep = live & ~uniform if drop_uniform_groups else live
+    filter_code = out.filtered
+    keep = live & (filter_code == 0)
     prompt_group = out.prompt_group
     result = pa.table({
         "row": pa.array(rows),
@@ -98,16 +99,44 @@ def label_batch(batch_key: str, parts: list[tuple[str, pa.Table]], prompt_group_
                              np.asarray(slim.column("trainable")))
     dead = records(batch_key, [source_of(i) for i in dead_rows], rows[dead_rows],
                     [REASONS[c] for c in dead_code[dead_rows]], messages)
-    filtered_rows = np.flatnonzero(live & uniform) if drop_uniform_groups else np.zeros(0, dtype=np.int64)
+    filtered_rows = np.flatnonzero(filter_code != 0) if labeling.filters_rows else np.zeros(0, dtype=np.int64)
     filtered = records(batch_key, [source_of(i) for i in filtered_rows], rows[filtered_rows],
-                        ["uniform-group"] * len(filtered_rows),
-                        [f"prompt group {prompt_group[i]} of {batch_key}: every reward equals {reward[i]!r}"
-                         for i in filtered_rows])
+                        [REASONS[c] for c in filter_code[filtered_rows]],
+                        filter_messages(batch_key, filtered_rows, filter_code, prompt_group, reward, slim, config,
+                                        labeling.filter_metric))
     counters = BatchCounts(
         batch=batch_key, rows=n, rows_dead=int((~live).sum()), rows_filtered=int(len(filtered_rows)),
         groups=int(out.groups.sum()), rollouts=int(out.units.sum()), uniform_groups=int(out.uniform_groups.sum()),
         group_sizes=np.bincount(np.bincount(prompt_group[live])).tolist() if live.any() else [])
     return BatchResult(results, dead, filtered, counters)
+
+
+def filter_messages(batch_key, filtered_rows, filter_code, prompt_group, reward, slim, config,
+                    metric_column) -> list[str]:
+    """A sentence per filtered row, naming the values that decided it."""
+    if not len(filtered_rows):
+        return []
+    versions = slim.column("version").to_pylist() if "version" in slim.column_names else None
+    metrics = slim.column("metric").to_pylist() if "metric" in slim.column_names else None
+    messages = []
+    for i in filtered_rows:
+        where = f"prompt group {prompt_group[i]} of {batch_key}"
+        reason = REASONS[filter_code[i]]
+        if reason == "stale":
+            current = (f"--current-version {config.current_version}" if config.current_version is not None
+                       else "the batch's newest version")
+            messages.append(f"row version {versions[i] if versions else None} is more than --max-staleness "
+                            f"{config.max_staleness} behind {current} ({where}; --stale-rows {config.stale_rows})")
+        elif reason == "metric-band":
+            what = f"mean {metric_column}" if metric_column is not None else "mean unit reward"
+            value = f" (this row: {metrics[i]!r})" if metrics is not None else ""
+            messages.append(f"{where}: its {what} lies outside --keep-band {config.keep_band}{value}")
+        elif config.uniform_tolerance:
+            messages.append(f"{where}: its unit rewards differ by at most --uniform-tolerance "
+                            f"{config.uniform_tolerance!r} (this row: {reward[i]!r})")
+        else:
+            messages.append(f"{where}: every reward equals {reward[i]!r}")
+    return messages
 
 
 def _without_malformed(batch_key, parts, bounds, malformed, problem, details, rows, source_of, labeling, device):
@@ -142,6 +171,11 @@ def core_input_from_slim(slim: pa.Table, batch_ids: np.ndarray, prompt_group_siz
         reward_parts = np.ascontiguousarray(np.asarray(values, dtype=np.float64).reshape(len(lists), width).T)
     if "baseline" in slim.column_names:
         baseline = np.ascontiguousarray(fill(slim.column("baseline"), np.nan), dtype=np.float64)
+    version = metric = None
+    if "version" in slim.column_names:
+        version = np.ascontiguousarray(fill(slim.column("version"), np.nan), dtype=np.float64)
+    if "metric" in slim.column_names:
+        metric = np.ascontiguousarray(fill(slim.column("metric"), np.nan), dtype=np.float64)
     return CoreInput(
         batch=np.ascontiguousarray(batch_ids, dtype=np.int64),
         reward=np.ascontiguousarray(fill(slim.column("reward"), 0.0), dtype=np.float64),
@@ -156,6 +190,8 @@ def core_input_from_slim(slim: pa.Table, batch_ids: np.ndarray, prompt_group_siz
         prompt_group_sizes=[None if s is None else np.asarray(s, dtype=np.int64) for s in prompt_group_sizes],
         reward_parts=reward_parts,
         baseline=baseline,
+        version=version,
+        metric=metric,
     )
 
 
