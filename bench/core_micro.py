@@ -11,7 +11,10 @@ torch's CPU backend (the GPU path) with torch's default intra-op thread
 count and with one thread. Then each estimator (grpo and those of version 2
 of the contract) on numpy in one call, as `by_estimator` with its ratio to
 grpo: gdpo reads two per-key values (the reward, and a seeded 0/1 second
-key), remax a seeded 0/1 baseline per row. Prints one JSON line.
+key), remax a seeded 0/1 baseline per row. `grpo+off-policy` is grpo with version 3's preprocessing on
+(--max-staleness 1 --stale-rows drop over seeded versions 0..3, --zero-mask-units exclude, --keep-band
+0.05:0.95 over a seeded 0/1 metric, --uniform-tolerance 1e-6); its target: >= 0.8x grpo's rows/s.
+Prints one JSON line.
 
     python -m bench.core_micro DATASET_DIR [--repeat 5] [--device cuda] [--estimators grpo,gdpo]
 
@@ -87,7 +90,15 @@ def main() -> None:
 
 
 # grpo first: the others' ratio is to it
-ESTIMATORS = ("grpo", "grpo_passk", "opo", "gpg", "remax", "gdpo")
+ESTIMATORS = ("grpo", "grpo_passk", "opo", "gpg", "remax", "gdpo", "grpo_loo", "grpo+off-policy")
+OFF_POLICY = dict(max_staleness=1, stale_rows="drop", zero_mask_units="exclude", keep_band="0.05:0.95",
+                  uniform_tolerance=1e-6)
+
+
+def config_for(name: str) -> CoreConfig:
+    if name == "grpo+off-policy":
+        return CoreConfig(**OFF_POLICY)
+    return CoreConfig(estimator=name, reward_keys=("reward", "second") if name == "gdpo" else None)
 
 
 def with_wider_inputs(inp: CoreInput) -> CoreInput:
@@ -95,7 +106,9 @@ def with_wider_inputs(inp: CoreInput) -> CoreInput:
     rng = np.random.default_rng(16)
     second = rng.integers(0, 2, inp.num_rows).astype(np.float64)
     return replace(inp, reward_parts=np.stack([inp.reward, second]),
-                   baseline=rng.integers(0, 2, inp.num_rows).astype(np.float64))
+                   baseline=rng.integers(0, 2, inp.num_rows).astype(np.float64),
+                   version=rng.integers(0, 4, inp.num_rows).astype(np.float64),
+                   metric=rng.integers(0, 2, inp.num_rows).astype(np.float64))
 
 
 def estimator_runs(inp: CoreInput, estimators, repeat) -> dict:
@@ -103,8 +116,7 @@ def estimator_runs(inp: CoreInput, estimators, repeat) -> dict:
     wider = with_wider_inputs(inp)
     runs = {}
     for name in estimators:
-        config = CoreConfig(estimator=name, reward_keys=("reward", "second") if name == "gdpo" else None)
-        runs[name] = _best_of([wider], config, repeat)
+        runs[name] = _best_of([wider], config_for(name), repeat)
         del runs[name]["times_s"]
     if "grpo" in runs:
         for run in runs.values():
@@ -153,7 +165,7 @@ def device_main(args) -> None:
     wider = with_wider_inputs(inp).to(args.device)
     by_estimator = {}
     for name in [e for e in args.estimators.split(",") if e]:
-        estimator_config = CoreConfig(estimator=name, reward_keys=("reward", "second") if name == "gdpo" else None)
+        estimator_config = config_for(name)
         compute_advantages(wider, estimator_config)
         torch.cuda.synchronize()
         best_e = float("inf")
