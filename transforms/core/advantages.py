@@ -70,7 +70,7 @@ def _relabel(xp, inp: CoreInput, config: CoreConfig, drop_uniform_groups: bool =
         stale_unit, missing_version = _stale_units(xp, inp, config, chosen)
     out_of_stats = stale_unit if config.stale_dropped else None
     if config.excludes_zero_mask and config.normalizes:
-        no_tokens = xp.segment(unit, n_units, inp.trainable, "sum") == 0
+        no_tokens = xp.count(unit, n_units, weights=inp.trainable) == 0  # a bincount: add.at on int64 is slow
         out_of_stats = no_tokens if out_of_stats is None else out_of_stats | no_tokens
     if out_of_stats is not None and bool(out_of_stats.any()):
         stat_group, n_stat = xp.where(out_of_stats, n_groups, unit_group), n_groups + 1
@@ -100,7 +100,8 @@ def _relabel(xp, inp: CoreInput, config: CoreConfig, drop_uniform_groups: bool =
         band_out, missing_metric = _band(xp, inp, config, chosen, stat_group, n_stat, k, n_groups)
         if missing_metric is not None:
             group_problem = xp.where((group_problem == 0) & missing_metric, CODE["missing-metric"], group_problem)
-    filtered = _filtered(xp, n_rows, unit, group, stale_unit, band_out, uniform_group if drop_uniform_groups else None)
+    filtered = _filtered(xp, n_units, unit, unit_group, stale_unit, band_out,
+                         uniform_group if drop_uniform_groups else None)
 
     if gdpo:
         advantage, group_problem = _gdpo_advantages(xp, inp, config, parts, unit, n_units, unit_group, group,
@@ -176,8 +177,10 @@ def _stale_units(xp, inp: CoreInput, config: CoreConfig, chosen):
     if config.current_version is not None:
         current = xp.full(chosen.shape[0], float(config.current_version), "float64")
     else:
-        usable = xp.where(xp.isfinite(version), version, xp.full(n_rows, -float("inf"), "float64"))
-        newest = xp.segment_sorted(inp.batch, inp.num_batches, usable, "amax")
+        newest = xp.segment_sorted(inp.batch, inp.num_batches, version, "amax")
+        if bool((newest != newest).any()):  # a NaN (missing version) wins the max: again without them
+            usable = xp.where(xp.isfinite(version), version, xp.full(n_rows, -float("inf"), "float64"))
+            newest = xp.segment_sorted(inp.batch, inp.num_batches, usable, "amax")
         current = xp.take(newest, xp.take(inp.batch, chosen))
     stale = ((current - unit_version) > float(config.max_staleness)) & ~missing
     return stale, missing
@@ -198,18 +201,19 @@ def _band(xp, inp: CoreInput, config: CoreConfig, chosen, stat_group, n_stat, k,
     return outside[:n_groups], missing
 
 
-def _filtered(xp, n_rows, unit, group, stale_unit, band_out, uniform_group):
-    """Each row's filter reason code (0: written), the first that applies: stale, metric-band, uniform-group."""
+def _filtered(xp, n_units, unit, unit_group, stale_unit, band_out, uniform_group):
+    """Each row's filter reason code (0: written), the first that applies: stale, metric-band, uniform-group.
+    Decided per unit (a unit's rows share it), then gathered to the rows once."""
     if stale_unit is None and band_out is None and uniform_group is None:
         return None
-    code = xp.zeros(n_rows, "int64")
+    code = xp.zeros(n_units, "int64")
     if uniform_group is not None:
-        code = xp.where(xp.take(uniform_group, group), CODE["uniform-group"], code)
+        code = xp.where(xp.take(uniform_group, unit_group), CODE["uniform-group"], code)
     if band_out is not None:
-        code = xp.where(xp.take(band_out, group), CODE["metric-band"], code)
+        code = xp.where(xp.take(band_out, unit_group), CODE["metric-band"], code)
     if stale_unit is not None:
-        code = xp.where(xp.take(stale_unit, unit), CODE["stale"], code)
-    return code
+        code = xp.where(stale_unit, CODE["stale"], code)
+    return xp.take(code, unit)
 
 
 def _choose_grouping(xp, inp: CoreInput, config: CoreConfig):
@@ -407,16 +411,14 @@ def _leave_one_out(xp, reward, unit_group, n_groups, centred, kf, divide):
     squares = xp.take(xp.segment(unit_group, n_groups, centred * centred, "sum"), unit_group)
     spread = xp.clip(squares - k_unit * centred * centred / (k_unit - 1), low=0.0)
     std = xp.sqrt(spread / (k_unit - 2))
-    low = xp.segment(unit_group, n_groups, reward, "amin")
-    high = xp.segment(unit_group, n_groups, reward, "amax")
-    at_low = xp.count(unit_group, n_groups, weights=reward == xp.take(low, unit_group))
-    at_high = xp.count(unit_group, n_groups, weights=reward == xp.take(high, unit_group))
-    k_int = xp.take(xp.astype(kf, "int64"), unit_group)
+    is_low = reward == xp.take(xp.segment(unit_group, n_groups, reward, "amin"), unit_group)
+    is_high = reward == xp.take(xp.segment(unit_group, n_groups, reward, "amax"), unit_group)
+    at_low = xp.take(xp.count(unit_group, n_groups, weights=is_low), unit_group)
+    at_high = xp.take(xp.count(unit_group, n_groups, weights=is_high), unit_group)
+    others = xp.take(xp.astype(kf, "int64"), unit_group) - 1
     # the others are all equal: the whole group is, or this unit alone is the top (bottom) one
-    others_equal = ((xp.take(at_high, unit_group) == 1) & (reward == xp.take(high, unit_group))
-                    & (xp.take(at_low, unit_group) == k_int - 1))
-    others_equal = others_equal | ((xp.take(at_low, unit_group) == 1) & (reward == xp.take(low, unit_group))
-                                   & (xp.take(at_high, unit_group) == k_int - 1))
+    others_equal = ((at_high == 1) & is_high & (at_low == others)) | ((at_low == 1) & is_low & (at_high == others))
+    k_int = others + 1
     scaled = (k_int >= 3) & ~others_equal & (std > 0)
     ones = xp.full(reward.shape[0], 1.0, "float64")
     return advantage / xp.where(scaled, std + STD_EPS, ones)  # dividing by 1.0 keeps a value's bits
