@@ -81,8 +81,7 @@ def add_labeling(parser: argparse.ArgumentParser) -> None:
                        help="normalization semantics (docs/semantics.md)")
     group.add_argument("--estimator", default="grpo",
                        help="grpo, gspo, cispo, dr_grpo, reinforce_plus_plus_baseline, rloo, grpo_loo, grpo_passk, "
-                            "opo, gpg, remax (with --baseline-column), gdpo (with --reward-keys); ppo, "
-                            "reinforce_plus_plus, gae and none pass rewards through; any other name is refused")
+                            "opo, gpg, remax, gdpo; ppo, reinforce_plus_plus, gae, none pass through")
     group.add_argument("--std-normalization", dest="std_normalization", action=argparse.BooleanOptionalAction,
                        default=True, help="divide by the group std (grpo/gspo/cispo; default on)")
     group.add_argument("--no-rewards-normalization", dest="rewards_normalization", action="store_false",
@@ -105,28 +104,21 @@ def add_labeling(parser: argparse.ArgumentParser) -> None:
                        help="groups whose rewards are all equal go to filtered.parquet")
     # version 3: off-policy preprocessing (docs/semantics.md, "Off-policy preprocessing")
     group.add_argument("--version-column", dest="version_column", metavar="COL",
-                       help="each row's weight version: a column or dotted path (a list: its smallest); read only "
-                            "with --max-staleness")
+                       help="weight version per row (a list: its smallest); read with --max-staleness")
     group.add_argument("--max-staleness", dest="max_staleness", type=int, metavar="K",
-                       help="a unit whose version is more than K behind the current one is stale: not written "
-                            "(filtered.parquet, reason stale)")
+                       help="units more than K versions old are stale: filtered (reason stale)")
     group.add_argument("--current-version", dest="current_version", type=int, metavar="V",
-                       help="the current weight version (default: the batch's newest row version)")
-    group.add_argument("--stale-rows", dest="stale_rows", choices=STALE_ROWS, default="baseline-only",
-                       help="stale units stay in their group's statistics (baseline-only, default) or are dropped "
-                            "before them (drop)")
+                       help="the current weight version (default: the batch's newest)")
+    group.add_argument("--stale-rows", dest="stale_rows", choices=STALE_ROWS, default="baseline-only", metavar="MODE",
+                       help="baseline-only (default: stale units stay in the statistics) or drop")
     group.add_argument("--zero-mask-units", dest="zero_mask_units", choices=ZERO_MASK_UNITS, default="baseline",
-                       help="a unit with no trainable token: in its group's statistics (baseline, default) or left "
-                            "out of them and written with advantage 0 (exclude)")
+                       metavar="MODE", help="baseline (default), or exclude: no-token units out of the statistics")
     group.add_argument("--filter-metric", dest="filter_metric", metavar="COL",
-                       help="--keep-band averages this column over a group's units (booleans as 0/1) instead of "
-                            "the rewards")
+                       help="the column --keep-band averages (booleans 0/1) instead of the rewards")
     group.add_argument("--keep-band", dest="keep_band", metavar="LO:HI",
-                       help="a group whose mean metric (or reward) lies outside [LO, HI] goes to filtered.parquet "
-                            "(reason metric-band)")
+                       help="groups whose mean metric is outside [LO, HI] are filtered (metric-band)")
     group.add_argument("--uniform-tolerance", dest="uniform_tolerance", type=float, default=0.0, metavar="EPS",
-                       help="a group is uniform (advantage 0) when its unit values differ by at most EPS "
-                            "(default 0)")
+                       help="uniform (advantage 0) when unit values differ by <= EPS (default 0)")
     group.add_argument("--column", dest="columns", action="append", metavar="NAME=SOURCE",
                        help="read the interpreted column NAME (reward, step, group_index, index, rollout_id, "
                             "response_length, loss_mask, remove_sample, status) from SOURCE: a column, or a dotted "
