@@ -65,12 +65,15 @@ def _relabel(xp, inp: CoreInput, config: CoreConfig, drop_uniform_groups: bool =
 
     # version 3: stale units, and which units take part in their group's statistics. Units left out are
     # moved to one extra segment (id n_groups) that no group reads: the statistics then need no mask.
-    stale_unit = None
+    stale_unit = missing_version = None
     if config.max_staleness is not None:
-        stale_unit, missing_version = _stale_units(xp, inp, config, chosen)
+        stale_unit, missing_version = _stale_units(xp, inp, config, chosen, xp.take(group_batch, unit_group))
     out_of_stats = stale_unit if config.stale_dropped else None
     if config.excludes_zero_mask and config.normalizes:
-        no_tokens = xp.count(unit, n_units, weights=inp.trainable) == 0  # a bincount: add.at on int64 is slow
+        if config.row_units:
+            no_tokens = inp.trainable == 0
+        else:
+            no_tokens = xp.count(unit, n_units, weights=inp.trainable) == 0  # a bincount: add.at on int64 is slow
         out_of_stats = no_tokens if out_of_stats is None else out_of_stats | no_tokens
     if out_of_stats is not None and bool(out_of_stats.any()):
         stat_group, n_stat = xp.where(out_of_stats, n_groups, unit_group), n_groups + 1
@@ -84,7 +87,7 @@ def _relabel(xp, inp: CoreInput, config: CoreConfig, drop_uniform_groups: bool =
     if config.normalizes:
         group_problem = _estimator_problems(xp, inp, config, chosen, unit_group, n_groups, k[:n_groups],
                                             group_problem)
-    if stale_unit is not None:
+    if missing_version is not None:
         group_problem = xp.where((group_problem == 0) & _any_per_segment(xp, unit_group, n_groups, missing_version),
                                  CODE["missing-version"], group_problem)
     if gdpo:
@@ -167,13 +170,14 @@ def _within(xp, ids, n, values, tolerance):
     return (high - low) <= tolerance
 
 
-def _stale_units(xp, inp: CoreInput, config: CoreConfig, chosen):
-    """(stale, missing version) per unit: a unit's version is its mainstream row's; staleness is the current
-    version (--current-version, else the batch's largest row version) minus it."""
+def _stale_units(xp, inp: CoreInput, config: CoreConfig, chosen, unit_batch):
+    """(stale, missing version or None when none is) per unit: a unit's version is its mainstream row's;
+    staleness is the current version (--current-version, else the batch's largest row version) minus it."""
     n_rows = inp.num_rows
     version = inp.version if inp.version is not None else xp.full(n_rows, float("nan"), "float64")
     unit_version = xp.take(version, chosen)
-    missing = ~xp.isfinite(unit_version)
+    finite = xp.isfinite(unit_version)
+    missing = None if bool(finite.all()) else ~finite  # the usual case: every unit has its version
     if config.current_version is not None:
         current = xp.full(chosen.shape[0], float(config.current_version), "float64")
     else:
@@ -181,8 +185,8 @@ def _stale_units(xp, inp: CoreInput, config: CoreConfig, chosen):
         if bool((newest != newest).any()):  # a NaN (missing version) wins the max: again without them
             usable = xp.where(xp.isfinite(version), version, xp.full(n_rows, -float("inf"), "float64"))
             newest = xp.segment_sorted(inp.batch, inp.num_batches, usable, "amax")
-        current = xp.take(newest, xp.take(inp.batch, chosen))
-    stale = ((current - unit_version) > float(config.max_staleness)) & ~missing
+        current = xp.take(newest, unit_batch)
+    stale = (current - unit_version) > float(config.max_staleness)  # NaN (missing) compares False
     return stale, missing
 
 
@@ -193,8 +197,9 @@ def _band(xp, inp: CoreInput, config: CoreConfig, chosen, stat_group, n_stat, k,
     missing = None
     if inp.metric is not None:
         bad = ~xp.isfinite(unit_metric)
-        missing = _any_per_segment(xp, stat_group, n_stat, bad)[:n_groups]
-        unit_metric = xp.where(bad, xp.zeros(unit_metric.shape[0], "float64"), unit_metric)
+        if bool(bad.any()):  # the usual case has every metric: no masking pass
+            missing = _any_per_segment(xp, stat_group, n_stat, bad)[:n_groups]
+            unit_metric = xp.where(bad, xp.zeros(unit_metric.shape[0], "float64"), unit_metric)
     mean = xp.segment(stat_group, n_stat, unit_metric, "sum") / xp.astype(xp.clip(k, low=1), "float64")
     low, high = config.band
     outside = (k >= 1) & ((mean < low) | (mean > high))
@@ -206,13 +211,17 @@ def _filtered(xp, n_units, unit, unit_group, stale_unit, band_out, uniform_group
     Decided per unit (a unit's rows share it), then gathered to the rows once."""
     if stale_unit is None and band_out is None and uniform_group is None:
         return None
-    code = xp.zeros(n_units, "int64")
+    group_code = None  # the group's own reason, decided per group (small), then gathered once
     if uniform_group is not None:
-        code = xp.where(xp.take(uniform_group, unit_group), CODE["uniform-group"], code)
+        group_code = xp.where(uniform_group, CODE["uniform-group"], 0)
     if band_out is not None:
-        code = xp.where(xp.take(band_out, unit_group), CODE["metric-band"], code)
-    if stale_unit is not None:
-        code = xp.where(stale_unit, CODE["stale"], code)
+        group_code = xp.where(band_out, CODE["metric-band"], 0 if group_code is None else group_code)
+    if group_code is None:
+        code = xp.where(stale_unit, CODE["stale"], 0)
+    else:
+        code = xp.take(xp.astype(group_code, "int64"), unit_group)
+        if stale_unit is not None:
+            code = xp.where(stale_unit, CODE["stale"], code)
     return xp.take(code, unit)
 
 
