@@ -93,7 +93,9 @@ def _relabel(xp, inp: CoreInput, config: CoreConfig, drop_uniform_groups: bool =
     if gdpo:
         uniform_stat = parts.uniform_group
     else:
-        uniform_stat = (k >= 2) & _within(xp, stat_group, n_stat, unit_reward, config.uniform_tolerance)
+        bounds = (xp.segment(stat_group, n_stat, unit_reward, "amin"),  # also grpo_loo's
+                  xp.segment(stat_group, n_stat, unit_reward, "amax"))
+        uniform_stat = (k >= 2) & _within(xp, stat_group, n_stat, unit_reward, config.uniform_tolerance, bounds)
     if out_of_stats is not None:  # the extra segment is no group
         uniform_stat[n_groups] = False
     uniform_group = uniform_stat[:n_groups]
@@ -119,7 +121,7 @@ def _relabel(xp, inp: CoreInput, config: CoreConfig, drop_uniform_groups: bool =
         unit_advantage = _unit_advantages(
             xp, unit_reward, stat_group, n_stat, k, uniform_stat, config, config.estimator,
             config.divides_by_std, trainable=inp.trainable, unit=unit, n_units=n_units, chosen=chosen,
-            baseline=inp.baseline, alpha=alpha)
+            baseline=inp.baseline, alpha=alpha, bounds=bounds)
         if out_of_stats is not None:  # written with advantage 0
             unit_advantage = xp.where(out_of_stats, xp.zeros(n_units, "float64"), unit_advantage)
         # float32 (the written type) before the finiteness check: an overflow must be refused
@@ -162,9 +164,11 @@ def _relabel(xp, inp: CoreInput, config: CoreConfig, drop_uniform_groups: bool =
     )
 
 
-def _within(xp, ids, n, values, tolerance):
-    """Per segment: max - min of the values is at most `tolerance` (0: all exactly equal)."""
-    low, high = xp.segment(ids, n, values, "amin"), xp.segment(ids, n, values, "amax")
+def _within(xp, ids, n, values, tolerance, bounds=None):
+    """Per segment: max - min of the values is at most `tolerance` (0: all exactly equal). `bounds`: the
+    segments' (min, max), when the caller has them."""
+    low, high = bounds if bounds is not None else (xp.segment(ids, n, values, "amin"),
+                                                   xp.segment(ids, n, values, "amax"))
     if tolerance == 0:  # the version 1 rule, bit for bit (also for infinities, which a difference makes NaN)
         return low == high
     return (high - low) <= tolerance
@@ -354,7 +358,8 @@ def _group_problems(xp, inp, row, group, n_groups, group_batch, batch_problem):
 
 
 def _unit_advantages(xp, reward, unit_group, n_groups, k, uniform, config: CoreConfig, estimator: str,
-                     divide: bool, trainable=None, unit=None, n_units=None, chosen=None, baseline=None, alpha=None):
+                     divide: bool, trainable=None, unit=None, n_units=None, chosen=None, baseline=None, alpha=None,
+                     bounds=None):
     """Each unit's float64 advantage under `estimator` (std division when `divide`); what depends only on
     the group is decided per group, then gathered. GDPO calls it per key with estimator grpo."""
     kf = xp.astype(k, "float64")
@@ -373,7 +378,7 @@ def _unit_advantages(xp, reward, unit_group, n_groups, k, uniform, config: CoreC
     elif not config.raw_singletons and not (config.semantics == "legacy-reshape" and divide):
         zero_group = zero_group | single  # today's rule; a legacy one-row group divided by std stays NaN
     if estimator == GRPO_LOO:
-        advantage = _leave_one_out(xp, reward, unit_group, n_groups, centred, kf, divide)
+        advantage = _leave_one_out(xp, reward, unit_group, n_groups, centred, kf, divide, bounds)
     elif estimator == RLOO:
         advantage = xp.take(kf / xp.clip(kf - 1, low=1), unit_group) * centred
     elif estimator == GRPO_PASSK:
@@ -405,7 +410,7 @@ def _unit_advantages(xp, reward, unit_group, n_groups, k, uniform, config: CoreC
     return xp.where(xp.take(zero_group, unit_group), xp.zeros(centred.shape[0], "float64"), advantage)
 
 
-def _leave_one_out(xp, reward, unit_group, n_groups, centred, kf, divide):
+def _leave_one_out(xp, reward, unit_group, n_groups, centred, kf, divide, bounds=None):
     """grpo_loo (NeMo-RL): r_i minus the mean of the other k - 1 values, = k/(k-1) * (r_i - mean); with std
     normalization divided by (s_i + 1e-6), s_i the sample std of the other values, where s_i > 0.
 
@@ -420,8 +425,10 @@ def _leave_one_out(xp, reward, unit_group, n_groups, centred, kf, divide):
     squares = xp.take(xp.segment(unit_group, n_groups, centred * centred, "sum"), unit_group)
     spread = xp.clip(squares - k_unit * centred * centred / (k_unit - 1), low=0.0)
     std = xp.sqrt(spread / (k_unit - 2))
-    is_low = reward == xp.take(xp.segment(unit_group, n_groups, reward, "amin"), unit_group)
-    is_high = reward == xp.take(xp.segment(unit_group, n_groups, reward, "amax"), unit_group)
+    low, high = bounds if bounds is not None else (xp.segment(unit_group, n_groups, reward, "amin"),
+                                                   xp.segment(unit_group, n_groups, reward, "amax"))
+    is_low = reward == xp.take(low, unit_group)
+    is_high = reward == xp.take(high, unit_group)
     at_low = xp.take(xp.count(unit_group, n_groups, weights=is_low), unit_group)
     at_high = xp.take(xp.count(unit_group, n_groups, weights=is_high), unit_group)
     others = xp.take(xp.astype(kf, "int64"), unit_group) - 1
