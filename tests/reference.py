@@ -588,8 +588,8 @@ def reference_relabel(batches: list[Batch], config: CoreConfig, drop_uniform_gro
     - precedence: batch problem > row problem > sibling-reward-mismatch > passk-singleton-group /
       missing-baseline > non-finite-advantage > gdpo-too-few-tokens.
 
-    Version 3 (SEMANTICS.md, "Version 3 of the contract"), where that text is silent (`metric`: rows carry
-    --filter-metric values; otherwise the band reads the unit values):
+    Version 3 (docs/semantics.md, "Off-policy preprocessing" and grpo_loo), where the contract is silent
+    (`metric`: rows carry --filter-metric values; otherwise the band reads the unit values):
     - a unit's version, and so its staleness, is its mainstream row's; a missing version on any unit kills
       its group (missing-version); the batch's current version is the largest usable version over all its
       rows, whatever their group;

@@ -9,7 +9,7 @@ SEMANTICS_VERSION = {name: 1 for name in SEMANTICS}
 # Version 2 of the contract (SEMANTICS.md, "Estimators from the wider field"): a run that uses any of its
 # estimators or options records this version; every other run keeps its semantics' version (and fingerprint).
 CONTRACT_V2 = 2
-# Version 3 (SEMANTICS.md, "Version 3 of the contract"): grpo_loo, remax per unit (its outputs changed), and
+# Version 3 of the contract (docs/semantics.md): grpo_loo, remax per unit (its outputs changed), and
 # the off-policy options; a run using any of them records version 3.
 CONTRACT_V3 = 3
 ROW_UNIT_SEMANTICS = ("legacy-reshape", "group-index")

@@ -35,7 +35,7 @@ REASONS = (
     "missing-baseline",       # remax: a unit's baseline is null, non-numeric or non-finite (unit: its group)
     "gdpo-too-few-tokens",    # gdpo: the batch's written rows have < 2 trainable tokens (unit: the batch)
     "malformed-line",         # a JSONL line that is not a JSON object (unit: the line alone)
-    # version 3 of the contract (SEMANTICS.md, "Off-policy preprocessing"): dead letters
+    # version 3 of the contract (docs/semantics.md, "Off-policy preprocessing"): dead letters
     "missing-version",   # --max-staleness: a unit's version is null, an empty list or not a number (its group)
     "missing-metric",    # --filter-metric: a unit's metric is null or not a number (its group)
     # ... and the reasons of filtered.parquet rows (not dead letters), first one first when several apply
