@@ -146,3 +146,15 @@ def test_hooks_read_the_options_from_the_environment(monkeypatch):
     monkeypatch.setenv("ROLLOUT_RELABEL_ESTIMATOR", "gpro")
     with pytest.raises(ValueError, match="unknown estimator 'gpro'"):
         relabel_rewards(Args(), [Sample(i) for i in range(8)])
+
+
+def test_an_estimator_typo_in_a_run_config_or_a_compare_spec_is_a_usage_error(tmp_path):
+    write(tmp_path / "in")
+    config = tmp_path / "typo.yaml"
+    config.write_text("estimator: gpro\n")
+    proc = run_cli("run", "--config", config, "--input", tmp_path / "in", "--output", tmp_path / "out",
+                   check_codes=(2,))
+    assert "unknown estimator 'gpro'" in proc.stderr
+    proc = run_cli("compare", "--input", tmp_path / "in", "--report", tmp_path / "r", "--a", "group-index",
+                   "--b", "group-index,estimator=GRPO", check_codes=(2,))
+    assert "unknown estimator 'GRPO'" in proc.stderr and "--b group-index,estimator=GRPO" in proc.stderr
