@@ -82,10 +82,13 @@ def main() -> None:
         runs[f"torch cpu, {threads} thread(s)"] = _best_of([on_torch], config, args.repeat)
     best = runs["numpy"]
     by_estimator = estimator_runs(inp, [e for e in args.estimators.split(",") if e], args.repeat)
+    # the off-policy target also in the pipeline's shape: one call per batch
+    per_batch = estimator_runs(inp, [e for e in args.estimators.split(",") if e in ("grpo", "grpo+off-policy")],
+                               args.repeat, per_batch=True)
     print(json.dumps({
         "rows": inp.num_rows, "batches": inp.num_batches, "build_s": build_s, "times_s": best["times_s"],
         "best_s": best["best_s"], "rows_per_s": best["rows_per_s"], "by_backend": runs,
-        "by_estimator": by_estimator,
+        "by_estimator": by_estimator, "by_estimator_per_batch": per_batch,
         "numpy": np.__version__, "torch": torch.__version__, "live_rows": best["live_rows"],
     }))
 
@@ -114,12 +117,15 @@ def with_wider_inputs(inp: CoreInput) -> CoreInput:
                    metric=rng.integers(0, 2, inp.num_rows).astype(np.float64))
 
 
-def estimator_runs(inp: CoreInput, estimators, repeat) -> dict:
-    """Each estimator on numpy, one call over all batches; rows/s and the ratio to grpo's."""
-    wider = with_wider_inputs(inp)
+def estimator_runs(inp: CoreInput, estimators, repeat, per_batch: bool = False) -> dict:
+    """Each estimator on numpy, one call over all batches (per_batch: one call per batch, as the pipeline
+    calls it); rows/s and the ratio to grpo's."""
+    wider = [with_wider_inputs(inp)]
+    if per_batch:
+        wider = split_batches(wider[0])
     runs = {}
     for name in estimators:
-        runs[name] = _best_of([wider], config_for(name), repeat)
+        runs[name] = _best_of(wider, config_for(name), repeat)
         del runs[name]["times_s"]
     if "grpo" in runs:
         for run in runs.values():

@@ -67,7 +67,7 @@ def _relabel(xp, inp: CoreInput, config: CoreConfig, drop_uniform_groups: bool =
     # moved to one extra segment (id n_groups) that no group reads: the statistics then need no mask.
     stale_unit = missing_version = None
     if config.max_staleness is not None:
-        stale_unit, missing_version = _stale_units(xp, inp, config, chosen, xp.take(group_batch, unit_group))
+        stale_unit, missing_version = _stale_units(xp, inp, config, chosen, unit_group, group_batch)
     out_of_stats = stale_unit if config.stale_dropped else None
     if config.excludes_zero_mask and config.normalizes:
         if config.row_units:
@@ -174,7 +174,7 @@ def _within(xp, ids, n, values, tolerance, bounds=None):
     return (high - low) <= tolerance
 
 
-def _stale_units(xp, inp: CoreInput, config: CoreConfig, chosen, unit_batch):
+def _stale_units(xp, inp: CoreInput, config: CoreConfig, chosen, unit_group, group_batch):
     """(stale, missing version or None when none is) per unit: a unit's version is its mainstream row's;
     staleness is the current version (--current-version, else the batch's largest row version) minus it."""
     n_rows = inp.num_rows
@@ -189,7 +189,10 @@ def _stale_units(xp, inp: CoreInput, config: CoreConfig, chosen, unit_batch):
         if bool((newest != newest).any()):  # a NaN (missing version) wins the max: again without them
             usable = xp.where(xp.isfinite(version), version, xp.full(n_rows, -float("inf"), "float64"))
             newest = xp.segment_sorted(inp.batch, inp.num_batches, usable, "amax")
-        current = xp.take(newest, unit_batch)
+        if inp.num_batches == 1:  # the pipeline's call: one batch, one current version
+            current = float(newest[0])
+        else:  # per group first (few), then per unit
+            current = xp.take(xp.take(newest, group_batch), unit_group)
     stale = (current - unit_version) > float(config.max_staleness)  # NaN (missing) compares False
     return stale, missing
 
