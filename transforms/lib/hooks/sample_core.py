@@ -161,11 +161,20 @@ def rows_from_samples(samples, reward_key: str | None = None) -> SampleRows:
 
 
 def _field(samples, name) -> list:
-    """Every sample's attribute `name` (None where a sample has none)."""
+    """Every sample's attribute `name` (None where a sample has none), numpy scalars as Python numbers."""
     try:
-        return list(map(attrgetter(name), samples))
+        values = list(map(attrgetter(name), samples))
     except AttributeError:
-        return [getattr(s, name, None) for s in samples]
+        values = [getattr(s, name, None) for s in samples]
+    return _plain(values)
+
+
+def _plain(values) -> list:
+    """numpy scalars (a reward function's np.float64, an np.int64 index) as the Python numbers they hold:
+    Arrow reads them so, and so does `relabel run` once the samples are saved as a dump."""
+    if any(issubclass(kind, np.generic) for kind in set(map(type, values))):
+        return [v.item() if isinstance(v, np.generic) else v for v in values]
+    return values
 
 
 def _kinds(values) -> set:
@@ -218,7 +227,7 @@ def _mask_stats(masks):
                 continue
         if type(total) is not int or (mask and type(mask[0]) is bool):
             odd = True
-        sums[i] = total
+        sums[i] = int(total) if isinstance(total, np.integer) else total
     kind = arrow_type(masks) if odd else None
     stats = (np.array(lengths, dtype=np.int64), np.array([s if type(s) is int else 0 for s in sums], dtype=np.int64),
              np.array(nulls, dtype=np.int64))
@@ -248,7 +257,7 @@ def _reward_values(rewards, reward_key, flag) -> np.ndarray:
             flag(everyone, "missing-reward-key",
                  lambda i: f"reward struct has no field {reward_key!r} (fields: {', '.join(names)})")
             return np.zeros(n)
-        values = [None if r is None else r.get(reward_key) for r in rewards]
+        values = _plain([None if r is None else r.get(reward_key) for r in rewards])
         flag([i for i in everyone if rewards[i] is not None and values[i] is None], "missing-reward-key",
              lambda i: f"reward[{reward_key!r}] is null")
         inner = arrow_type(values)
@@ -293,9 +302,9 @@ def _scalar_name(kinds) -> str:
 
 def arrow_type(values, kinds: set | None = None) -> str:
     """The name of the type pa.array(values) gives, with samples.py's rule: a column Arrow cannot type
-    (mixed kinds, an empty struct) is JSON text, "string". Covers scalars, dicts and lists.
-    kinds: set(map(type, values)) when the caller has it."""
-    kinds = (set(map(type, values)) if kinds is None else kinds) - {type(None)}
+    (mixed kinds, an empty struct) is JSON text, "string". Covers scalars, dicts and lists; numpy scalars
+    count as the Python numbers they hold. kinds: set(map(type, values)) when the caller has it."""
+    kinds = {_python_kind(k) for k in (set(map(type, values)) if kinds is None else kinds)} - {type(None)}
     if not kinds:
         return "null"
     if kinds <= set(_NAMES):
@@ -315,6 +324,13 @@ def arrow_type(values, kinds: set | None = None) -> str:
             return "string"
         return f"list<item: {item}>"
     return "string"
+
+
+def _python_kind(kind: type) -> type:
+    if issubclass(kind, np.generic):
+        return bool if issubclass(kind, np.bool_) else int if issubclass(kind, np.integer) else (
+            float if issubclass(kind, np.floating) else kind)
+    return kind
 
 
 def _all_strings(values) -> bool:

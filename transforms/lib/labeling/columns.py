@@ -19,6 +19,10 @@ KEY_COLUMNS = ("group_index", "index", "rollout_id")
 INT64_MAX = 2 ** 63 - 1
 
 
+def _is_list(kind) -> bool:
+    return pa.types.is_list(kind) or pa.types.is_large_list(kind)
+
+
 def usable_columns(table, source, problem, details):
     """Flag every row of a file whose interpreted columns have the wrong type, and drop those columns.
 
@@ -50,6 +54,11 @@ def usable_columns(table, source, problem, details):
                 table = table.set_column(table.column_names.index(name), name, pc.cast(column, pa.int64()))
                 continue
             expected = "integers"
+        elif name == "loss_mask" and _is_list(column.type) and pa.types.is_null(column.type.value_type):
+            # every mask empty (or all its values null): Arrow infers list<null>; as integers, nulls kept
+            kind = pa.large_list(pa.int64()) if pa.types.is_large_list(column.type) else pa.list_(pa.int64())
+            table = table.set_column(table.column_names.index(name), name, pc.cast(column, kind))
+            continue
         elif name == "loss_mask" and not ((pa.types.is_list(column.type) or pa.types.is_large_list(column.type))
                                           and pa.types.is_integer(column.type.value_type)):
             expected = "a list of integers"

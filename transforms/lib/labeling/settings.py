@@ -14,7 +14,6 @@ import hashlib
 import json
 from dataclasses import dataclass, field
 
-from rollout_relabel import schemas
 from rollout_relabel.transforms.core.config import REMAX, CoreConfig
 
 PROJECT = "rollout-relabel"
@@ -179,6 +178,7 @@ class RunSettings:
 
     def fingerprint(self) -> str:
         """Identifies the options that change output bytes (not device, not runner)."""
+        from rollout_relabel import schemas  # pyarrow: here, so the reward hooks can build a Labeling without it
         record = dict(self.semantics_record(), schema_version=schemas.SCHEMA_VERSION)
         return hashlib.sha256(json.dumps(record, sort_keys=True).encode()).hexdigest()[:16]
 
