@@ -35,7 +35,9 @@ def installed(tmp_path_factory):
     venv = work / "venv"
     subprocess.run([sys._base_executable, "-m", "venv", "--without-pip", venv], check=True)  # noqa: SLF001
     site = next((venv / "lib").glob("python3*/site-packages"))
-    (site / "dependencies.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    # this venv's site-packages, and where its dependencies are when it shares another venv's (a .pth there)
+    dependencies = dict.fromkeys([sysconfig.get_paths()["purelib"], os.path.dirname(os.path.dirname(pytest.__file__))])
+    (site / "dependencies.pth").write_text("".join(f"{path}\n" for path in dependencies))
     wheel = next((work / "wheel").glob("rollout_relabel-*.whl"))
     subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--target", site, wheel],
                    check=True, capture_output=True)
