@@ -20,6 +20,7 @@ from rollout_relabel.transforms.lib.errors import ExitCode, UsageError
 from rollout_relabel.transforms.lib.io import filesystem
 from rollout_relabel.transforms.lib.io.inputs import expand_inputs
 from rollout_relabel.transforms.lib.io.plan import group_by_batch_sharing
+from rollout_relabel.transforms.lib.io.readers import ROLLOUT_SUFFIXES
 from rollout_relabel.transforms.lib.labeling.settings import CompareSettings
 from rollout_relabel.transforms.lib.output import lease, output_files
 from rollout_relabel.transforms.lib.output.output_dir import make_writable
@@ -83,7 +84,7 @@ def compare(argv: list[str], test_pipeline: beam.Pipeline | None = None) -> Comp
     check_runner(parsed.options, settings, [("--input", p) for p in settings.inputs] + [("--report", settings.report)])
     files = expand_inputs(settings.inputs, settings.report)
     if not files:
-        raise UsageError(f"no .pt or .parquet files found under {' '.join(settings.inputs)}")
+        raise UsageError(f"no rollout files ({', '.join(ROLLOUT_SUFFIXES)}) found under {' '.join(settings.inputs)}")
     report_dir = settings.report
     make_writable(report_dir, "--report")
     with lease.holding(report_dir, "compare"):

@@ -23,6 +23,7 @@ from rollout_relabel.transforms.lib.errors import ExitCode, UsageError
 from rollout_relabel.transforms.lib.io import filesystem
 from rollout_relabel.transforms.lib.io.inputs import expand_inputs
 from rollout_relabel.transforms.lib.io.plan import group_by_batch_sharing, read_footers
+from rollout_relabel.transforms.lib.io.readers import ROLLOUT_SUFFIXES
 from rollout_relabel.transforms.lib.labeling.settings import RunSettings
 from rollout_relabel.transforms.lib.output import lease, output_files
 from rollout_relabel.transforms.lib.output import manifest as manifest_lib
@@ -81,7 +82,7 @@ def run(argv: list[str], test_pipeline: beam.Pipeline | None = None) -> RunOutco
     runner_check = check_runner(options, settings)
     files = expand_inputs(settings.inputs, settings.output)
     if not files:
-        raise UsageError(f"no .pt or .parquet files found under {' '.join(settings.inputs)}")
+        raise UsageError(f"no rollout files ({', '.join(ROLLOUT_SUFFIXES)}) found under {' '.join(settings.inputs)}")
     output = settings.output
     if settings.dry_run:
         return _relabel(parsed, settings, files, runner_check, test_pipeline)

@@ -15,7 +15,7 @@ from .config import GDPO, GPG, GRPO_PASSK, OPO, REMAX, RLOO, STD_EPS, WHITEN_EPS
 from .reasons import CODE
 from .types import CoreInput, CoreOutput
 
-# Grouping rules, decided per batch (SEMANTICS.md, "Semantics").
+# Grouping rules, decided per batch (docs/semantics.md, "Semantics").
 WHOLE_BATCH, SLICES, GROUP_INDEX, EXPLICIT_SIZES = 0, 1, 2, 3
 
 

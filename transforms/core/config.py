@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 SEMANTICS = ("legacy-reshape", "group-index", "rollout-mainstream", "rollout-shared")
 SEMANTICS_VERSION = {name: 1 for name in SEMANTICS}
-# Version 2 of the contract (SEMANTICS.md, "Estimators from the wider field"): a run that uses any of its
+# Version 2 of the contract (docs/estimators.md): a run that uses any of its
 # estimators or options records this version; every other run keeps its semantics' version (and fingerprint).
 CONTRACT_V2 = 2
 ROW_UNIT_SEMANTICS = ("legacy-reshape", "group-index")

@@ -30,7 +30,7 @@ REASONS = (
     "null-mask-value",   # a null inside loss_mask: whether that token trains cannot be decided
     "duplicate-column",  # two columns share a name: which one is meant cannot be decided (whole file)
     "file-too-large",    # larger than --max-file-bytes: refused before it is read (whole file)
-    # version 2 of the contract (SEMANTICS.md, "Estimators from the wider field")
+    # version 2 of the contract (docs/estimators.md)
     "passk-singleton-group",  # grpo_passk: a prompt group of one unit has no second value (unit: the group)
     "missing-baseline",       # remax: a unit's baseline is null, non-numeric or non-finite (unit: its group)
     "gdpo-too-few-tokens",    # gdpo: the batch's written rows have < 2 trainable tokens (unit: the batch)
