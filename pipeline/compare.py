@@ -24,7 +24,7 @@ from rollout_relabel.transforms.lib.io.readers import ROLLOUT_SUFFIXES
 from rollout_relabel.transforms.lib.labeling.settings import CompareSettings
 from rollout_relabel.transforms.lib.output import lease, output_files
 from rollout_relabel.transforms.lib.output.output_dir import make_writable
-from rollout_relabel.transforms.lib.output.records import BATCHES, FILES, GROUPS, POINTS
+from rollout_relabel.transforms.lib.output.stage_outputs import BATCHES, FILES, GROUPS, POINTS
 from rollout_relabel.transforms.write_compare_report import WriteCompareReport
 
 PROGRESS_DIR = ".progress"
@@ -71,7 +71,7 @@ def build(p: beam.Pipeline, settings: CompareSettings, files, progress_dir: str 
     labeling = settings.a.labeling  # the input's layout is run-wide: both sides carry it
     groups, _ = group_by_batch_sharing(files, max_group_bytes=float("inf"), batch_from=labeling.batch_from,
                                        step=labeling.step_column())
-    records = [[dict(f.record(), name=f.output[len("part-"):-len(".parquet")]) for f in group] for group in groups]
+    records = [[dict(f.entry(), name=f.output[len("part-"):-len(".parquet")]) for f in group] for group in groups]
     results = (p | "ListFileGroups" >> beam.Create(records)
                | "CompareLabelings" >> CompareLabelings(settings, progress_dir))
     outputs = {kind: results[kind] for kind in (BATCHES, FILES, GROUPS, POINTS)}
@@ -92,7 +92,7 @@ def compare(argv: list[str], test_pipeline: beam.Pipeline | None = None) -> Comp
         filesystem.delete_existing([progress_dir, filesystem.join(report_dir, REPORT_JSON)])
         pipeline = test_pipeline if test_pipeline is not None else beam.Pipeline(options=parsed.options)
         build(pipeline, settings, files, progress_dir)
-        with progress.showing(progress.committed_records(progress_dir), len(files), "relabel compare",
+        with progress.showing(progress.committed_progress(progress_dir), len(files), "relabel compare",
                               settings.progress), worker_output.logged():
             pipeline.run().wait_until_finish()
         filesystem.delete_existing([progress_dir])

@@ -17,7 +17,7 @@ from rollout_relabel.transforms.lib.errors import BadFile, UsageError
 from rollout_relabel.transforms.lib.io.dump_samples import samples_to_table
 from rollout_relabel.transforms.lib.labeling.relabel_table import MEMORY_SOURCE, no_training_rows, relabel_table
 from rollout_relabel.transforms.lib.output.dead_letters import file_dead_letter
-from rollout_relabel.transforms.lib.output.records import BatchCounts
+from rollout_relabel.transforms.lib.output.stage_outputs import BatchCounts
 from rollout_relabel.transforms.lib.worker.device import resolve_device
 
 

@@ -20,7 +20,7 @@ from rollout_relabel.transforms.lib.io.readers import read_table
 from rollout_relabel.transforms.lib.labeling.settings import CompareSettings
 from rollout_relabel.transforms.lib.labeling.slim import extract_slim, slim_input_columns
 from rollout_relabel.transforms.lib.output import output_files
-from rollout_relabel.transforms.lib.output.records import BATCHES, FILES, GROUPS, POINTS
+from rollout_relabel.transforms.lib.output.stage_outputs import BATCHES, FILES, GROUPS, POINTS
 from rollout_relabel.transforms.metrics import counter
 
 
@@ -36,7 +36,7 @@ class CompareFileGroupFn(CoreDoFn):
 
     def process(self, group):
         settings = self._settings
-        reward = settings.reward_fields()
+        reward, stored = settings.read_labeling(), settings.stored_column()
         names = {r["path"]: r["name"] for r in group}
         batches: dict[str, list] = {}
         sizes: dict[str, list | None] = {}
@@ -44,8 +44,8 @@ class CompareFileGroupFn(CoreDoFn):
         for record in group:
             source = record["path"]
             try:
-                table, metadata = read_table(source, columns=slim_input_columns(reward))
-                parts = extract_slim(table, source, reward)
+                table, metadata = read_table(source, columns=slim_input_columns(reward, stored))
+                parts = extract_slim(table, source, reward, stored)
             except BadFile as bad:  # counted in the report under both labelings
                 yield pvalue.TaggedOutput(FILES, {"name": record["name"], "rows": 0, "reason": bad.reason,
                                                   "message": bad.message})

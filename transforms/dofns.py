@@ -14,7 +14,7 @@ from rollout_relabel.transforms.lib.labeling.settings import RunSettings
 from rollout_relabel.transforms.lib.output.dead_letters import file_dead_letter
 from rollout_relabel.transforms.lib.output.output_dir import stop_run
 from rollout_relabel.transforms.lib.output.part_files import FileOutcome
-from rollout_relabel.transforms.lib.output.records import DEAD, FILES, FILTERED, BatchCounts, FileRead
+from rollout_relabel.transforms.lib.output.stage_outputs import DEAD, FILES, FILTERED, BatchCounts, FileRead
 from rollout_relabel.transforms.lib.worker.device import resolve_device
 from rollout_relabel.transforms.metrics import counter
 
@@ -39,7 +39,7 @@ def read_planned(record: dict, settings: RunSettings, columns=None):
 
 
 def stop_on_dead_rows(result: BatchResult, batch_key: str, fail_fast: bool, output: str) -> None:
-    """--fail-fast: the batch's first dead row stops the run (committed as a stop record in output)."""
+    """--fail-fast: the batch's first dead row stops the run (committed as a stop file in output)."""
     if fail_fast and result.dead.num_rows:
         first = result.dead.slice(0, 1).to_pylist()[0]
         raise stop_run(output, FailFast(

@@ -14,7 +14,7 @@ from rollout_relabel import schemas
 from rollout_relabel.transforms.dofns import outcome_outputs, read_planned
 from rollout_relabel.transforms.lib.labeling.settings import RunSettings
 from rollout_relabel.transforms.lib.output import part_files
-from rollout_relabel.transforms.lib.output.records import DEAD, FILTERED, STATS
+from rollout_relabel.transforms.lib.output.stage_outputs import DEAD, FILTERED, STATS
 
 
 class WriteTrainingRowsFn(beam.DoFn):

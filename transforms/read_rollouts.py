@@ -8,7 +8,7 @@ from rollout_relabel.transforms.dofns import dead_file_outputs, read_planned
 from rollout_relabel.transforms.lib.errors import BadFile
 from rollout_relabel.transforms.lib.labeling.settings import RunSettings
 from rollout_relabel.transforms.lib.labeling.slim import extract_slim, slim_input_columns
-from rollout_relabel.transforms.lib.output.records import DEAD, FILES, SLIM, FileRead
+from rollout_relabel.transforms.lib.output.stage_outputs import DEAD, FILES, SLIM, FileRead
 from rollout_relabel.transforms.metrics import counter
 
 
@@ -26,7 +26,7 @@ class ReadSlimTablesFn(beam.DoFn):
     def _outputs(self, record):
         source = record["path"]
         try:
-            reward = self._settings.labeling.reward_fields()
+            reward = self._settings.labeling
             table, metadata = read_planned(record, self._settings, columns=slim_input_columns(reward))
             parts = extract_slim(table, source, reward)
         except BadFile as bad:  # unreadable, or its batches cannot be decided (e.g. null `step`)

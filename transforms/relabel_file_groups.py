@@ -29,7 +29,7 @@ from rollout_relabel.transforms.lib.labeling.settings import RunSettings
 from rollout_relabel.transforms.lib.labeling.slim import extract_slim, slim_input_columns
 from rollout_relabel.transforms.lib.output import part_files
 from rollout_relabel.transforms.lib.output.dead_letters import split_by_source
-from rollout_relabel.transforms.lib.output.records import COUNTERS, DEAD, FILES, FILTERED, STATS, FileRead
+from rollout_relabel.transforms.lib.output.stage_outputs import COUNTERS, DEAD, FILES, FILTERED, STATS, FileRead
 from rollout_relabel.transforms.lib.worker import memory
 from rollout_relabel.transforms.metrics import counter
 
@@ -44,7 +44,7 @@ class RelabelFileGroupFn(CoreDoFn):
 
     def process(self, group):
         settings = self._settings
-        reward = settings.labeling.reward_fields()
+        reward = settings.labeling
         readable = []  # (record, lineage, completeness, table)
         siblings = part_files.batch_inputs(group)
         batches: dict[str, list] = {}

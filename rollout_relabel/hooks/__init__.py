@@ -82,13 +82,13 @@ log = logging.getLogger("rollout_relabel.hooks")
 
 class BadRollouts(ValueError):
     """Samples `relabel run` would dead-letter. str(): the message it writes for the first bad row;
-    reason: its reason code; records: (row, reason, message) for every row that would be dead-lettered."""
+    reason: its reason code; rows: (row, reason, message) for every row that would be dead-lettered."""
 
-    def __init__(self, records: list[tuple[int, str, str]]):
-        row, reason, message = records[0]
-        groups = "" if len(records) == 1 else f" (and {len(records) - 1} more row(s) of this step)"
+    def __init__(self, rows: list[tuple[int, str, str]]):
+        row, reason, message = rows[0]
+        groups = "" if len(rows) == 1 else f" (and {len(rows) - 1} more row(s) of this step)"
         super().__init__(message + groups)
-        self.reason, self.message, self.records = reason, message, records
+        self.reason, self.message, self.rows = reason, message, rows
 
 
 def labeling_from(args, environ=None) -> Labeling:
@@ -140,13 +140,13 @@ def relabel_rewards(args, samples) -> tuple[list, list[float]]:
     advantage = out.advantage
     dead = np.flatnonzero(out.problem != 0)
     if dead.size:
-        records = _records(rows, out, dead, config)
+        dead_rows = _dead_rows(rows, out, dead, config)
         if os.environ.get(ZERO_BAD_GROUPS_ENV, "") not in ("1", "true", "yes"):
-            raise BadRollouts(records)
+            raise BadRollouts(dead_rows)
         advantage = advantage.copy()
         advantage[dead] = 0.0
         reasons = {}
-        for _, reason, _ in records:
+        for _, reason, _ in dead_rows:
             reasons[reason] = reasons.get(reason, 0) + 1
         log.warning("rollout_relabel: %d of %d samples (%d prompt groups) had bad input and get reward 0 "
                     "(%s=1): %s", dead.size, len(samples), len(np.unique(out.prompt_group[dead])),
@@ -158,7 +158,7 @@ def relabel_rewards(args, samples) -> tuple[list, list[float]]:
     return raw, advantage.tolist()
 
 
-def _records(rows, out, dead, config) -> list[tuple[int, str, str]]:
+def _dead_rows(rows, out, dead, config) -> list[tuple[int, str, str]]:
     core = rows.core
     keys = [int(k) if has else None for k, has in zip(core.rollout_key.tolist(), core.has_rollout_key.tolist())]
     positions = np.arange(core.num_rows)

@@ -156,7 +156,7 @@ def test_bad_input_raises_with_the_reason_and_message_relabel_run_writes(monkeyp
     dead = expected.dead_letters.to_pylist()
     assert dead, kind
     records = [(d["row"], d["reason"], d["message"].replace("<memory>", "<samples>")) for d in dead]
-    assert raised.value.records == records
+    assert raised.value.rows == records
     assert (raised.value.reason, raised.value.message) == records[0][1:]
     assert str(raised.value).startswith(records[0][2])
 
@@ -347,5 +347,5 @@ def test_all_empty_masks_the_hook_and_relabel_run_agree(monkeypatch, tmp_path, m
         dead = pq.read_table(tmp_path / "out" / "dead_letters.parquet").to_pylist()
         with pytest.raises(BadRollouts) as raised:
             slime.post_process_rewards(Args(), samples)
-        assert [r[1] for r in raised.value.records] == [d["reason"] for d in dead] == ["null-mask-value"] * len(
+        assert [r[1] for r in raised.value.rows] == [d["reason"] for d in dead] == ["null-mask-value"] * len(
             samples)

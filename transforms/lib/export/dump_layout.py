@@ -260,7 +260,7 @@ def decode(obj):
         return torch.Size(body)
     if tag == "dtype":
         return getattr(torch, body)
-    raise ValueError(f"unknown tag {tag!r} in a dump record")
+    raise ValueError(f"unknown tag {tag!r} in a dump layout")
 
 
 def _tensor(dtype: str, shape: list[int], values):

@@ -22,7 +22,7 @@ from operator import attrgetter, itemgetter
 
 import numpy as np
 
-from rollout_relabel.transforms.core.reasons import CODE
+from rollout_relabel.transforms.core.reasons import CODE, Reason
 from rollout_relabel.transforms.core.types import CoreInput
 
 # A response longer than this is not a real rollout; building its mask would exhaust memory.
@@ -101,7 +101,7 @@ def rows_from_samples(samples, reward_key: str | None = None) -> SampleRows:
     for name in FIELD_ORDER:
         if name == "loss_mask":
             if mask_kind is not None:
-                flag(range(n), "ill-typed-column",
+                flag(range(n), Reason.ILL_TYPED_COLUMN,
                      lambda i: ill_typed_text("loss_mask", mask_kind, "a list of integers"))
                 has_mask[:] = False
                 mask_len, mask_sum, nulls = (np.zeros(n, dtype=np.int64) for _ in range(3))
@@ -110,7 +110,7 @@ def rows_from_samples(samples, reward_key: str | None = None) -> SampleRows:
             kinds = _kinds(removes)
             kind = arrow_type(removes, kinds)
             if kind not in ("bool", "null"):
-                flag(range(n), "ill-typed-column",
+                flag(range(n), Reason.ILL_TYPED_COLUMN,
                      lambda i, kind=kind: ill_typed_text("remove_sample", kind, "booleans"))
             elif kind == "bool":
                 remove = np.array(removes if type(None) not in kinds else [r is True for r in removes], dtype=bool)
@@ -121,24 +121,26 @@ def rows_from_samples(samples, reward_key: str | None = None) -> SampleRows:
         if kind == "double" and _integral(values):
             values = [None if v is None else int(v) for v in values]
         elif kind not in ("int64", "null"):
-            flag(range(n), "ill-typed-column", lambda i, name=name, kind=kind: ill_typed_text(name, kind, "integers"))
+            flag(range(n), Reason.ILL_TYPED_COLUMN,
+                 lambda i, name=name, kind=kind: ill_typed_text(name, kind, "integers"))
             kind = "null"
         ints[name] = _int_array(values, kinds, absent=kind == "null")
 
     if n and not hasattr(samples[0], "reward") and not any(hasattr(s, "reward") for s in samples):
-        flag(range(n), "missing-column", lambda i: "the file has no `reward` column")
+        flag(range(n), Reason.MISSING_COLUMN, lambda i: "the file has no `reward` column")
         reward = np.zeros(n)
     else:
         reward = _reward_values(_field(samples, "reward"), reward_key, flag)
 
     response_length, given = ints["response_length"]
     length = np.where(given, response_length, mask_len)
-    flag(np.flatnonzero(given & (length < 0)), "negative-length", lambda i: negative_length_text(length[i]))
+    flag(np.flatnonzero(given & (length < 0)), Reason.NEGATIVE_LENGTH, lambda i: negative_length_text(length[i]))
     flag(np.flatnonzero((length > MAX_RESPONSE_TOKENS) | (mask_len > MAX_RESPONSE_TOKENS)),
-         "value-too-large", lambda i: too_large_text(max(length[i], mask_len[i])))
-    flag(np.flatnonzero(has_mask & given & (mask_len != length)), "mask-length",
+         Reason.VALUE_TOO_LARGE, lambda i: too_large_text(max(length[i], mask_len[i])))
+    flag(np.flatnonzero(has_mask & given & (mask_len != length)), Reason.MASK_LENGTH,
          lambda i: mask_length_text(mask_len[i], length[i]))
-    flag(np.flatnonzero(has_mask & (nulls > 0)), "null-mask-value", lambda i: null_mask_text(nulls[i], mask_len[i]))
+    flag(np.flatnonzero(has_mask & (nulls > 0)), Reason.NULL_MASK_VALUE,
+         lambda i: null_mask_text(nulls[i], mask_len[i]))
     trainable = np.where(remove, 0, np.where(has_mask, mask_sum, np.maximum(length, 0))).astype(np.int64)
 
     (rollout_id, has_rollout_id), (index, has_index) = ints["rollout_id"], ints["index"]
@@ -248,36 +250,36 @@ def _reward_values(rewards, reward_key, flag) -> np.ndarray:
     kind = arrow_type(rewards, _kinds(rewards))
     if reward_key is None:
         if kind not in ("int64", "double"):
-            flag(everyone, "non-numeric-reward", lambda i: reward_type_text(kind, None))
+            flag(everyone, Reason.NON_NUMERIC_REWARD, lambda i: reward_type_text(kind, None))
             return np.zeros(n)
         values = rewards
     elif kind.startswith("struct<"):
         names = list(dict.fromkeys(k for r in rewards if r is not None for k in r))
         if reward_key not in names:
-            flag(everyone, "missing-reward-key",
+            flag(everyone, Reason.MISSING_REWARD_KEY,
                  lambda i: f"reward struct has no field {reward_key!r} (fields: {', '.join(names)})")
             return np.zeros(n)
         values = _plain([None if r is None else r.get(reward_key) for r in rewards])
-        flag([i for i in everyone if rewards[i] is not None and values[i] is None], "missing-reward-key",
+        flag([i for i in everyone if rewards[i] is not None and values[i] is None], Reason.MISSING_REWARD_KEY,
              lambda i: f"reward[{reward_key!r}] is null")
         inner = arrow_type(values)
         if inner not in ("int64", "double"):
-            flag(everyone, "non-numeric-reward", lambda i: f"reward[{reward_key!r}] has type {inner}")
+            flag(everyone, Reason.NON_NUMERIC_REWARD, lambda i: f"reward[{reward_key!r}] has type {inner}")
             return np.zeros(n)
     else:
-        flag(everyone, "missing-reward-key", lambda i: reward_type_text(kind, reward_key))
+        flag(everyone, Reason.MISSING_REWARD_KEY, lambda i: reward_type_text(kind, reward_key))
         return np.zeros(n)
     if None in values:
         numbers = np.array([math.nan if v is None else float(v) for v in values], dtype=np.float64)
-        flag([i for i, r in enumerate(rewards) if r is None], "non-numeric-reward", lambda i: "reward is null")
+        flag([i for i, r in enumerate(rewards) if r is None], Reason.NON_NUMERIC_REWARD, lambda i: "reward is null")
     else:
         numbers = np.array(values, dtype=np.float64)
     exact = [i for i, v in enumerate(values) if isinstance(v, int) and not isinstance(v, bool) and abs(v) > 2 ** 53]
-    flag(exact, "value-too-large",
+    flag(exact, Reason.VALUE_TOO_LARGE,
          lambda i: f"reward {values[i]} is an integer beyond 2**53: no float holds it exactly")
-    flag(np.flatnonzero(~np.isfinite(numbers)), "non-finite-reward", lambda i: f"reward is {numbers[i]}")
+    flag(np.flatnonzero(~np.isfinite(numbers)), Reason.NON_FINITE_REWARD, lambda i: f"reward is {numbers[i]}")
     # as slim.py: rewards and advantages are written as float32
-    flag(np.flatnonzero(np.isfinite(numbers) & (np.abs(numbers) > FLOAT32_MAX)), "value-too-large",
+    flag(np.flatnonzero(np.isfinite(numbers) & (np.abs(numbers) > FLOAT32_MAX)), Reason.VALUE_TOO_LARGE,
          lambda i: f"reward {numbers[i]!r} does not fit float32 (largest {FLOAT32_MAX:.6g})")
     return numbers
 

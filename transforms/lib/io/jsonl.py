@@ -12,6 +12,7 @@ import zlib
 import pyarrow as pa
 import pyarrow.json as pajson
 
+from rollout_relabel.transforms.core.reasons import Reason
 from rollout_relabel.transforms.lib.errors import BadFile
 
 # schema metadata naming the rows whose line was not a JSON object ({row: why})
@@ -30,9 +31,9 @@ def read_jsonl(path: str, raw: bytes, columns=None) -> pa.Table:
         try:
             raw = gzip.decompress(raw)
         except (OSError, EOFError, zlib.error) as error:
-            raise BadFile("unreadable-file", f"{path}: not a readable gzip file: {error}") from error
+            raise BadFile(Reason.UNREADABLE_FILE, f"{path}: not a readable gzip file: {error}") from error
     if not raw.strip():
-        raise BadFile("empty-file", f"{path}: file is empty (no JSON lines)")
+        raise BadFile(Reason.EMPTY_FILE, f"{path}: file is empty (no JSON lines)")
     malformed = {}
     try:
         table = _parse_json_lines(raw)
@@ -53,20 +54,20 @@ def read_jsonl(path: str, raw: bytes, columns=None) -> pa.Table:
             try:
                 table = pa.Table.from_pylist([json.loads(line) for line in lines])
             except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError) as error:
-                raise BadFile("ill-typed-column", f"{path}: the lines' fields do not share one type each: "
+                raise BadFile(Reason.ILL_TYPED_COLUMN, f"{path}: the lines' fields do not share one type each: "
                                                   f"{error}") from error
         else:
             try:
                 table = _parse_json_lines(b"\n".join(good)) if good else None
             except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as error:
-                raise BadFile("ill-typed-column", f"{path}: the lines' fields do not share one type each: "
+                raise BadFile(Reason.ILL_TYPED_COLUMN, f"{path}: the lines' fields do not share one type each: "
                                                   f"{error}") from error
             # a null index takes an all-null row: each bad line keeps its position
             table = (table.take(pa.array(take, pa.int64())) if table is not None and table.num_columns
                      else pa.table({"reward": pa.nulls(len(take))}))
     twice = sorted({n for n in table.column_names if table.column_names.count(n) > 1})
     if twice:
-        raise BadFile("duplicate-column", f"{path}: column name(s) {', '.join(map(repr, twice))} appear more "
+        raise BadFile(Reason.DUPLICATE_COLUMN, f"{path}: column name(s) {', '.join(map(repr, twice))} appear more "
                                           "than once")
     if columns is not None:
         table = table.select([c for c in dict.fromkeys(columns) if c in table.column_names])

@@ -9,7 +9,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from rollout_relabel.transforms.core.reasons import CODE
+from rollout_relabel.transforms.core.reasons import CODE, Reason
 from rollout_relabel.transforms.lib.errors import BadFile
 from rollout_relabel.transforms.lib.hooks.sample_core import ill_typed_text
 
@@ -38,7 +38,7 @@ def usable_columns(table, source, problem, details):
         if name in KEY_COLUMNS:
             keys = key_column(column)
             if keys is None:
-                flag(problem, details, np.ones(table.num_rows, dtype=bool), "ill-typed-column",
+                flag(problem, details, np.ones(table.num_rows, dtype=bool), Reason.ILL_TYPED_COLUMN,
                      lambda i, name=name, kind=column.type: ill_typed_text(name, kind, "integers or strings"))
                 table = table.drop_columns([name])
             elif keys is not column:
@@ -47,7 +47,7 @@ def usable_columns(table, source, problem, details):
         if name in INTEGER_COLUMNS and pa.types.is_uint64(column.type) and pc.max(column).as_py() is not None \
                 and pc.max(column).as_py() > INT64_MAX:
             # a key beyond int64 cannot be told from others: its group, so its batch, is unknown
-            raise BadFile("value-too-large", f"{source}: `{name}` holds {pc.max(column).as_py()}, beyond the "
+            raise BadFile(Reason.VALUE_TOO_LARGE, f"{source}: `{name}` holds {pc.max(column).as_py()}, beyond the "
                                              "int64 range")
         if name in INTEGER_COLUMNS and not pa.types.is_integer(column.type):
             if pa.types.is_floating(column.type) and integral(column):
@@ -71,8 +71,8 @@ def usable_columns(table, source, problem, details):
             expected = "strings"
         if expected:
             if name == "step":
-                raise BadFile("ill-typed-column", f"{source}: `step` has type {column.type}, expected integers")
-            flag(problem, details, np.ones(table.num_rows, dtype=bool), "ill-typed-column",
+                raise BadFile(Reason.ILL_TYPED_COLUMN, f"{source}: `step` has type {column.type}, expected integers")
+            flag(problem, details, np.ones(table.num_rows, dtype=bool), Reason.ILL_TYPED_COLUMN,
                   lambda i, name=name, kind=column.type, expected=expected: ill_typed_text(name, kind, expected))
             table = table.drop_columns([name])
     return table
@@ -130,14 +130,6 @@ def int_column(table, name):
     if name not in table.column_names:
         return None
     return fill(pc.cast(table.column(name), pa.int64()), 0).astype(np.int64)
-
-
-def optional_int(table, name):
-    n = table.num_rows
-    if name not in table.column_names:
-        return np.zeros(n, dtype=np.int64), np.zeros(n, dtype=bool)
-    column = pc.cast(table.column(name), pa.int64())
-    return fill(column, 0).astype(np.int64), np.asarray(column.is_valid())
 
 
 def bool_column(table, name):

@@ -10,13 +10,13 @@ import pyarrow.compute as pc
 
 from rollout_relabel import schemas
 from rollout_relabel.transforms.core.advantages import compute_advantages
-from rollout_relabel.transforms.core.reasons import CODE, REASONS
+from rollout_relabel.transforms.core.reasons import CODE, REASONS, Reason
 from rollout_relabel.transforms.core.types import CoreInput
 from rollout_relabel.transforms.lib.labeling.columns import fill, flag
 from rollout_relabel.transforms.lib.labeling.dead_messages import dead_messages
 from rollout_relabel.transforms.lib.labeling.settings import Labeling
 from rollout_relabel.transforms.lib.output.dead_letters import records
-from rollout_relabel.transforms.lib.output.records import BatchCounts
+from rollout_relabel.transforms.lib.output.stage_outputs import BatchCounts
 
 
 @dataclass
@@ -54,9 +54,10 @@ def label_batch(batch_key: str, parts: list[tuple[str, pa.Table]], prompt_group_
         order = np.argsort(keys, kind="stable")
         duplicate = np.zeros(n, dtype=bool)
         duplicate[order[1:]] = keys[order[1:]] == keys[order[:-1]]
-        flag(problem, details, duplicate, "duplicate-row", lambda i: f"row {rows[i]} of {source_of(i)} appears twice")
+        flag(problem, details, duplicate, Reason.DUPLICATE_ROW,
+             lambda i: f"row {rows[i]} of {source_of(i)} appears twice")
 
-    malformed = problem == CODE["malformed-line"]
+    malformed = problem == CODE[Reason.MALFORMED_LINE]
     positional = prompt_group_sizes is None and slim.column("group_index").null_count == n
     if positional and malformed.any() and not malformed.all():
         return _without_malformed(batch_key, parts, bounds, malformed, problem, details, rows, source_of, labeling,
@@ -100,7 +101,7 @@ def label_batch(batch_key: str, parts: list[tuple[str, pa.Table]], prompt_group_
                     [REASONS[c] for c in dead_code[dead_rows]], messages)
     filtered_rows = np.flatnonzero(live & uniform) if drop_uniform_groups else np.zeros(0, dtype=np.int64)
     filtered = records(batch_key, [source_of(i) for i in filtered_rows], rows[filtered_rows],
-                        ["uniform-group"] * len(filtered_rows),
+                        [Reason.UNIFORM_GROUP] * len(filtered_rows),
                         [f"prompt group {prompt_group[i]} of {batch_key}: every reward equals {reward[i]!r}"
                          for i in filtered_rows])
     counters = BatchCounts(
@@ -118,8 +119,8 @@ def _without_malformed(batch_key, parts, bounds, malformed, problem, details, ro
             for k, (source, table) in enumerate(parts)]
     result = label_batch(batch_key, kept, None, labeling, device)
     bad = np.flatnonzero(malformed)
-    messages = [f"malformed-line: {details.get(int(i), 'malformed-line')} (left out of {batch_key})" for i in bad]
-    own = records(batch_key, [source_of(i) for i in bad], rows[bad], ["malformed-line"] * len(bad), messages)
+    messages = [f"malformed-line: {details.get(int(i), Reason.MALFORMED_LINE)} (left out of {batch_key})" for i in bad]
+    own = records(batch_key, [source_of(i) for i in bad], rows[bad], [Reason.MALFORMED_LINE] * len(bad), messages)
     dead = pa.concat_tables([result.dead, own])
     order = pc.sort_indices(dead, sort_keys=[("source", "ascending"), ("row", "ascending")])
     counters = dataclasses.replace(result.counters, rows=result.counters.rows + len(bad),
