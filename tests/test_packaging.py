@@ -76,3 +76,14 @@ def test_the_slime_hook_runs_from_a_directory_with_its_own_generic_modules(insta
     assert expected(singleton_groups="raw") != expected()
     misspelt = hook(ROLLOUT_RELABEL_SINGLETON_GROUP="raw")
     assert misspelt.returncode != 0 and "ROLLOUT_RELABEL_SINGLETON_GROUP;" in misspelt.stderr
+
+
+def test_no_two_modules_of_the_package_share_a_name():
+    """One name, one concept: a module's name says which one it is, wherever it is imported from."""
+    from collections import Counter
+    from pathlib import Path
+
+    from tests.conftest import ROOT
+    names = Counter(p.name for folder in ("rollout_relabel", "pipeline", "transforms", "schemas")
+                    for p in (Path(ROOT) / folder).rglob("*.py") if p.name not in ("__init__.py", "__main__.py"))
+    assert names and [n for n, count in names.items() if count > 1] == []
