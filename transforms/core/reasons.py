@@ -4,7 +4,7 @@ Code names a reason as `Reason.X`, never as text (tests/transforms/core/test_rea
 reason's text anywhere else in the source). A Reason is a str: it is written, compared and hashed as its
 text. The numeric core reports problems as small integers so that they travel in tensors: `CODE[reason]`
 is a reason's integer, `REASONS[code]` its text (0: no problem). A new reason is a new member at the end
-(the integers of the others never change) and a line in docs/bad-input.md.
+(the integers of the others never change) and a row in docs/semantics.md's reason table.
 """
 from enum import StrEnum, unique
 
