@@ -54,10 +54,9 @@ TRAINER_ARGS = {
     "reward_key": "reward_key",
 }
 # Options that describe a stored file's layout or what a run writes, which a trainer's live Sample objects
-# do not have: set to anything but their default, the hook refuses them rather than ignore them.
+# do not have (or, for the baseline, a dotted path the hook does not read): set to anything but their
+# default, the hook refuses them rather than ignore them.
 HOOK_REFUSES = {
-    "reward_keys": "a hook reads one reward value (or --reward-key's field) per sample",
-    "reward_weights": "a hook reads one reward value (or --reward-key's field) per sample",
     "baseline_column": "a hook reads no baseline column (remax needs a stored dump)",
     "columns": "a Sample's fields have fixed names",
     "batch_from": "a hook's step is one batch",
@@ -135,7 +134,7 @@ def relabel_rewards(args, samples) -> tuple[list, list[float]]:
     """(raw_rewards, rewards) for one step's samples: the project's advantages as the rewards."""
     labeling = labeling_from(args)
     config = labeling.core
-    rows = rows_from_samples(samples, labeling.reward_key)
+    rows = rows_from_samples(samples, labeling.reward_key, config.reward_keys, config.reward_weights)
     out = compute_advantages(rows.core, config)
     advantage = out.advantage
     dead = np.flatnonzero(out.problem != 0)
@@ -151,6 +150,9 @@ def relabel_rewards(args, samples) -> tuple[list, list[float]]:
         log.warning("rollout_relabel: %d of %d samples (%d prompt groups) had bad input and get reward 0 "
                     "(%s=1): %s", dead.size, len(samples), len(np.unique(out.prompt_group[dead])),
                     ZERO_BAD_GROUPS_ENV, ", ".join(f"{k}: {v}" for k, v in sorted(reasons.items())))
+    if config.reward_keys is not None:  # the reward is a dict: log the value the advantages came from
+        return rows.reward.tolist(), advantage.tolist()
+    if dead.size:
         bad = set(dead.tolist())
         raw = [_raw_value(s, args) if i in bad else s.get_reward_value(args) for i, s in enumerate(samples)]
     else:

@@ -349,3 +349,54 @@ def test_all_empty_masks_the_hook_and_relabel_run_agree(monkeypatch, tmp_path, m
             slime.post_process_rewards(Args(), samples)
         assert [r[1] for r in raised.value.rows] == [d["reason"] for d in dead] == ["null-mask-value"] * len(
             samples)
+
+
+def keyed_samples(seed):
+    samples = random_samples(seed, prompts=4, rollouts=4)
+    rng = np.random.default_rng(seed)
+    for s in samples:
+        s.reward = {"acc": s.reward, "format": float(rng.choice([0.0, 0.5, 1.0])), "len": int(rng.integers(0, 3))}
+    return samples
+
+
+@pytest.mark.parametrize("estimator, weights", [("grpo", None), ("grpo", "1,-0.5,0.25"), ("gdpo", None),
+                                                ("gdpo", "2,1,1"), ("rloo", "1,1,0")])
+def test_reward_keys_and_weights_through_their_variables_give_relabel_runs_advantages(monkeypatch, estimator,
+                                                                                       weights):
+    hook_env(monkeypatch, "group-index")
+    monkeypatch.setenv(env_name("reward_keys"), "acc,format,len")
+    if weights:
+        monkeypatch.setenv(env_name("reward_weights"), weights)
+    samples = keyed_samples(zlib.crc32(f"{estimator}{weights}".encode()))
+    raw, rewards = slime.post_process_rewards(Args(advantage_estimator=estimator), samples)
+    expected = rollout_relabel.relabel(
+        [s.to_dict() for s in samples], semantics="group-index", estimator=estimator,
+        reward_keys=["acc", "format", "len"],
+        reward_weights=None if weights is None else [float(w) for w in weights.split(",")])
+    assert expected.rows_dead == 0
+    assert float32_bits(rewards) == float32_bits(expected.training_rows.column("advantage").to_pylist())
+    assert len(set(rewards)) > 2
+    w = [1.0, 1.0, 1.0] if weights is None else [float(x) for x in weights.split(",")]
+    assert raw == [w[0] * s.reward["acc"] + w[1] * s.reward["format"] + w[2] * s.reward["len"] for s in samples]
+
+
+@pytest.mark.parametrize("spoil_row", ["absent-key", "text-value", "nan-value", "not-a-dict"])
+def test_reward_keys_bad_input_raises_as_relabel_run_dead_letters(monkeypatch, spoil_row):
+    hook_env(monkeypatch, "group-index")
+    monkeypatch.setenv(env_name("reward_keys"), "acc,format")
+    samples = keyed_samples(5)
+    if spoil_row == "absent-key":
+        samples[3].reward = {"acc": 1.0, "len": 2}
+    elif spoil_row == "text-value":
+        samples[3].reward["format"] = "good"
+    elif spoil_row == "nan-value":
+        samples[3].reward["acc"] = float("nan")
+    else:
+        samples[3].reward = 0.5
+    with pytest.raises(BadRollouts) as raised:
+        slime.post_process_rewards(Args(), samples)
+    expected = rollout_relabel.relabel([s.to_dict() for s in samples], semantics="group-index",
+                                       reward_keys=["acc", "format"])
+    dead = [(d["row"], d["reason"], d["message"].replace("<memory>", "<samples>"))
+            for d in expected.dead_letters.to_pylist()]
+    assert dead and raised.value.rows == dead

@@ -74,8 +74,12 @@ class SampleRows:
     details: dict[int, str]     # row -> the text of its problem
 
 
-def rows_from_samples(samples, reward_key: str | None = None) -> SampleRows:
+def rows_from_samples(samples, reward_key: str | None = None, reward_keys: tuple[str, ...] | None = None,
+                      reward_weights: tuple[float, ...] | None = None) -> SampleRows:
     """The core's input for one batch of Sample-like objects (attributes as slime / miles Sample has them).
+
+    reward_key: the reward is a dict, use this field. reward_keys / reward_weights: the reward is a dict,
+    its value the weighted sum of these fields (all weights 1 when not given), each field kept for gdpo.
 
     Cost: one sum() over each loss mask (the trainer's own rollout_mask_sums does the same), the rest
     C-level passes over the attributes and numpy.
@@ -126,11 +130,18 @@ def rows_from_samples(samples, reward_key: str | None = None) -> SampleRows:
             kind = "null"
         ints[name] = _int_array(values, kinds, absent=kind == "null")
 
+    parts = None
     if n and not hasattr(samples[0], "reward") and not any(hasattr(s, "reward") for s in samples):
         flag(range(n), Reason.MISSING_COLUMN, lambda i: "the file has no `reward` column")
         reward = np.zeros(n)
-    else:
+        parts = None if reward_keys is None else np.full((n, len(reward_keys)), np.nan)
+    elif reward_keys is None:
         reward = _reward_values(_field(samples, "reward"), reward_key, flag)
+    else:  # as slim.py's _reward_parts and _weighted_sum
+        parts = _reward_parts(_field(samples, "reward"), reward_keys, flag)
+        reward = _weighted_sum(parts, reward_weights or (1.0,) * len(reward_keys), reward_keys, flag)
+        flag(np.flatnonzero(np.isfinite(reward) & (np.abs(reward) > FLOAT32_MAX)), Reason.VALUE_TOO_LARGE,
+             lambda i: f"reward {reward[i]!r} does not fit float32 (largest {FLOAT32_MAX:.6g})")
 
     response_length, given = ints["response_length"]
     length = np.where(given, response_length, mask_len)
@@ -158,6 +169,7 @@ def rows_from_samples(samples, reward_key: str | None = None) -> SampleRows:
         row_problem=problem,
         num_batches=1,
         prompt_group_sizes=[None],
+        reward_parts=None if parts is None else np.ascontiguousarray(np.where((problem == 0)[:, None], parts, 0.0).T),
     )
     return SampleRows(core, reward, details)
 
@@ -282,6 +294,50 @@ def _reward_values(rewards, reward_key, flag) -> np.ndarray:
     flag(np.flatnonzero(np.isfinite(numbers) & (np.abs(numbers) > FLOAT32_MAX)), Reason.VALUE_TOO_LARGE,
          lambda i: f"reward {numbers[i]!r} does not fit float32 (largest {FLOAT32_MAX:.6g})")
     return numbers
+
+
+def _reward_parts(rewards, keys, flag) -> np.ndarray:
+    """float64 [n, K]: each reward_keys field of dict rewards (NaN where unusable, flagged), as slim.py."""
+    n = len(rewards)
+    parts = np.full((n, len(keys)), np.nan)
+    kind = arrow_type(rewards, _kinds(rewards))
+    null = np.array([r is None for r in rewards], dtype=bool)
+    if not kind.startswith("struct<"):
+        flag(np.flatnonzero(~null), Reason.MISSING_REWARD_KEY,
+             lambda i: f"--reward-keys {','.join(keys)} given but reward has type {kind}")
+        flag(np.flatnonzero(null), Reason.NON_NUMERIC_REWARD, lambda i: "reward is null")
+        return parts
+    names = list(dict.fromkeys(k for r in rewards if r is not None for k in r))
+    for j, key in enumerate(keys):
+        if key not in names:
+            flag(np.flatnonzero(~null), Reason.MISSING_REWARD_KEY,
+                 lambda i, key=key: f"reward struct has no field {key!r} (fields: {', '.join(names)})")
+            continue
+        values = _plain([None if r is None else r.get(key) for r in rewards])
+        absent = np.array([v is None for v in values], dtype=bool) & ~null
+        inner = arrow_type(values)
+        if inner not in ("int64", "double"):
+            flag(np.flatnonzero(~null & ~absent), Reason.MISSING_REWARD_KEY,
+                 lambda i, key=key, inner=inner: f"reward[{key!r}] has type {inner}, not a number")
+        else:
+            parts[:, j] = [math.nan if v is None else float(v) for v in values]
+        flag(np.flatnonzero(absent), Reason.MISSING_REWARD_KEY, lambda i, key=key: f"reward[{key!r}] is null")
+    flag(np.flatnonzero(null), Reason.NON_NUMERIC_REWARD, lambda i: "reward is null")
+    bad = ~np.isfinite(parts)
+    flag(np.flatnonzero(bad.any(axis=1)), Reason.NON_FINITE_REWARD,
+         lambda i: "; ".join(f"reward[{keys[j]!r}] is {parts[i, j]}" for j in np.flatnonzero(bad[i])))
+    return parts
+
+
+def _weighted_sum(parts, weights, keys, flag) -> np.ndarray:
+    """The reward value under reward_keys: sum of w_j * reward[K_j], added in key order (float64)."""
+    total = np.zeros(parts.shape[0])
+    with np.errstate(all="ignore"):  # an overflow is flagged below
+        for j, weight in enumerate(weights):
+            total += weight * parts[:, j]
+    flag(np.flatnonzero(~np.isfinite(total)), Reason.NON_FINITE_REWARD,
+         lambda i: f"the weighted sum of reward[{', '.join(map(repr, keys))}] is {total[i]}")
+    return total
 
 
 def _integral(values) -> bool:
