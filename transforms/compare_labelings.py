@@ -60,7 +60,7 @@ class CompareFileGroupFn(CoreDoFn):
         for batch_key in sorted(batches):
             result = compare_batch(batch_key, batches[batch_key], sizes[batch_key], settings.a, settings.b, names,
                                    self.device)
-            yield result.record
+            yield result.counts
             for listed in result.groups:
                 yield pvalue.TaggedOutput(GROUPS, listed)
             for point in result.points:

@@ -37,7 +37,7 @@ def input_folder(tmp_path, **files):
     for name, columns in files.items():
         write(folder / f"{name}.parquet", **columns)
     found = expand_inputs([str(folder)], str(tmp_path / "out"))
-    return {os.path.basename(f.path).rsplit(".", 1)[0]: dict(f.record(), batch_inputs="siblings") for f in found}
+    return {os.path.basename(f.path).rsplit(".", 1)[0]: dict(f.entry(), batch_inputs="siblings") for f in found}
 
 
 def record(path, output="part-x.parquet"):
