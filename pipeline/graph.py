@@ -67,9 +67,9 @@ def _file_read(element):
 def _shuffle_path(p, settings: RunSettings, shared: list[InputFile]) -> dict:
     """Batches spread over more files than one worker should hold: slim rows meet in a shuffle."""
     # the shuffle path's files are one set of siblings: a change to any of them redoes them all
-    records = [f.entry() for f in shared]
-    siblings = batch_inputs(records)
-    read = (p | "ListSharedBatchFiles" >> beam.Create([dict(r, batch_inputs=siblings) for r in records])
+    entries = [f.entry() for f in shared]
+    siblings = batch_inputs(entries)
+    read = (p | "ListSharedBatchFiles" >> beam.Create([dict(r, batch_inputs=siblings) for r in entries])
             | "ReadRollouts" >> ReadRollouts(settings))
     batches = read[SLIM] | "GatherBatches" >> GatherBatches()
     computed = batches | "GroupAdvantages" >> GroupAdvantages(settings).with_resource_hints(
