@@ -6,7 +6,6 @@ import subprocess
 import zipfile
 
 import rollout_relabel
-from tests.pipeline.test_installed_package import installed  # noqa: F401 - the fixture: wheel + venv
 
 SHADOWS = ("transforms", "pipeline", "schemas")
 
@@ -31,7 +30,7 @@ print(json.dumps({"rewards": rewards, "shadows": shadows}))
 """
 
 
-def test_the_wheel_installs_one_top_level_package(installed):  # noqa: F811
+def test_the_wheel_installs_one_top_level_package(installed):
     _, _, site, work = installed
     wheel = next((work / "wheel").glob("rollout_relabel-*.whl"))
     names = zipfile.ZipFile(wheel).namelist()
@@ -45,7 +44,7 @@ def test_the_wheel_installs_one_top_level_package(installed):  # noqa: F811
     assert not any((site / name).exists() for name in SHADOWS)
 
 
-def test_the_slime_hook_runs_from_a_directory_with_its_own_generic_modules(installed, tmp_path):  # noqa: F811
+def test_the_slime_hook_runs_from_a_directory_with_its_own_generic_modules(installed, tmp_path):
     python, env, _, _ = installed
     trainer = tmp_path / "trainer"
     trainer.mkdir()
