@@ -52,3 +52,13 @@ def test_the_readme_and_help_name_every_estimator_of_the_core():
 def test_the_estimators_page_has_a_section_for_every_estimator_of_version_2():
     headings = re.findall(r"^## `([a-z_]+)`", (Path(ROOT) / "docs" / "estimators.md").read_text(), re.M)
     assert headings == list(WIDER_FIELD_ESTIMATORS)
+
+
+def test_the_contracts_estimator_table_lists_the_first_versions_estimators():
+    from rollout_relabel.transforms.core.config import CENTRE_ONLY_ESTIMATORS, RLOO, STD_ESTIMATORS
+    text = section((Path(ROOT) / "docs" / "semantics.md").read_text(), "Estimators")
+    table = text.split("| `--estimator` | advantage of a unit", 1)[1].split("\n\n", 1)[0]  # the first table
+    rows = [line for line in table.splitlines() if line.startswith("| `") and "any other name" not in line]
+    named = [name for row in rows for name in re.findall(r"`([a-z_]+)`", row.split("|")[1])]
+    assert sorted(named) == sorted(STD_ESTIMATORS + CENTRE_ONLY_ESTIMATORS + (RLOO,))
+    assert sorted(named + list(WIDER_FIELD_ESTIMATORS)) == sorted(NORMALIZING_ESTIMATORS)
