@@ -25,6 +25,7 @@ from rollout_relabel.transforms.lib.labeling.settings import (
     MAPPABLE,
     Labeling,
 )
+from rollout_relabel.transforms.lib.worker.device import DEVICES
 
 BEAM_LINE = ("Any Beam pipeline option (--runner, --project, ...) is accepted too: "
              "`relabel {command} --help-beam` lists them.")
@@ -98,9 +99,10 @@ def add_labeling(parser: argparse.ArgumentParser) -> None:
                        help=", ".join(NORMALIZING_ESTIMATORS) + " (remax needs --baseline-column, gdpo "
                             f"--reward-keys; default {default('estimator')}); others pass through")
     group.add_argument("--std-normalization", dest="std_normalization", action=argparse.BooleanOptionalAction,
-                       default=True, help="divide by the group std (grpo/gspo/cispo; default on)")
+                       default=default("std_normalization"),
+                       help="divide by the group std (grpo/gspo/cispo; default on)")
     group.add_argument("--no-rewards-normalization", dest="rewards_normalization", action="store_false",
-                       default=True, help="advantage = reward value, unchanged")
+                       default=default("rewards_normalization"), help="advantage = reward value, unchanged")
     group.add_argument("--reward-key", metavar="KEY", help="the reward is a struct/map: use its field KEY")
     group.add_argument("--reward-keys", dest="reward_keys", type=name_list, action="extend", metavar="K1,K2,...",
                        help="the reward is a struct/map: its value is the weighted sum of these fields "
@@ -152,7 +154,7 @@ def _add_io(parser: argparse.ArgumentParser, output_help: str) -> None:
 
 def _add_running(parser: argparse.ArgumentParser, command: str) -> None:
     group = parser.group("running")
-    group.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
+    group.add_argument("--device", choices=DEVICES, default="auto",
                        help="where the numeric core runs: cpu (numpy), cuda (torch); auto: cuda where present")
     group.add_argument("--progress", action=argparse.BooleanOptionalAction,
                        help="files done and rows so far on stderr (default: when stderr is a terminal)")

@@ -13,9 +13,9 @@ import typing
 from rollout_relabel.transforms.core.config import CoreConfig
 from rollout_relabel.transforms.lib.errors import UsageError
 from rollout_relabel.transforms.lib.labeling.settings import Labeling
+from rollout_relabel.transforms.lib.worker.device import DEVICES
 
 OPTION_NAMES = Labeling.option_names()
-DEVICES = ("auto", "cpu", "cuda")
 
 
 def labeling(options: dict) -> Labeling:
