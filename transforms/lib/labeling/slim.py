@@ -5,8 +5,6 @@ position matters for positional grouping) and kills its prompt group later.
 """
 from __future__ import annotations
 
-import json
-
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -30,6 +28,7 @@ from rollout_relabel.transforms.lib.labeling.columns import (
     flag,
     int_column,
     list_sums,
+    lookup_path,
     usable_columns,
 )
 from rollout_relabel.transforms.lib.labeling.settings import RewardFields
@@ -174,7 +173,7 @@ def mapped_columns(table: pa.Table, columns, problem=None, details=None) -> pa.T
     metadata = table.schema.metadata
     for item in columns:
         name, _, source = item.partition("=")
-        values, why = _lookup_path(table, source, name)
+        values, why = lookup_path(table, source, name)
         if name in table.column_names:
             table = table.drop_columns([name])
         if values is None:
@@ -182,7 +181,7 @@ def mapped_columns(table: pa.Table, columns, problem=None, details=None) -> pa.T
                 flag(problem, details, np.ones(table.num_rows, dtype=bool), "missing-column",
                      lambda i, why=why, item=item: f"--column {item}: {why}")
             continue
-        table = table.append_column(name, pa.array(values) if isinstance(values, np.ndarray) else values)
+        table = table.append_column(name, values)
     return table.replace_schema_metadata(metadata)
 
 
@@ -348,14 +347,12 @@ def _baseline_values(table, path, problem, details) -> np.ndarray:
     is (missing-baseline). Rows without a problem get a detail naming the value, for that message.
     """
     n = table.num_rows
-    values, why = _lookup_path(table, path)
+    values, why = lookup_path(table, path)
     if values is None:
         numbers = np.full(n, np.nan)
         _note(problem, details, np.ones(n, dtype=bool), lambda i: why)
         return numbers
-    if isinstance(values, np.ndarray):  # parsed from JSON text
-        numbers = values
-    elif _is_number(values.type):
+    if _is_number(values.type):
         numbers = fill(pc.cast(values, pa.float64()), np.nan)
     else:
         numbers = np.full(n, np.nan)
@@ -371,11 +368,9 @@ def stored_advantage_values(table, path) -> pa.Array:
     same path lookup as --column and --baseline-column. Null where the column is absent, the value null or
     not a number; NaN and inf are kept as they are (compare_batch counts both kinds as dead under A)."""
     n = table.num_rows
-    values, _ = _lookup_path(table, path, "stored advantage")
+    values, _ = lookup_path(table, path, "stored advantage")
     if values is None:
         return pa.nulls(n, pa.float64())
-    if isinstance(values, np.ndarray):  # parsed from JSON text: NaN where absent
-        return pa.array(values, mask=np.isnan(values))
     if not _is_number(values.type):
         return pa.nulls(n, pa.float64())
     return pc.cast(values, pa.float64())
@@ -385,54 +380,6 @@ def _note(problem, details, where, describe):
     """A detail for rows without a problem (and without a detail yet); their problem stays 0."""
     for i in np.flatnonzero(where & (problem == 0)):
         details.setdefault(int(i), describe(int(i)))
-
-
-def _lookup_path(table, path, what="baseline"):
-    """The values at `path`: a column, or a dotted path into a struct/map (or JSON text) column; a number
-    steps into a list (`rewards.0`: the first element, null where the list is shorter).
-
-    Returns (Arrow array or float64 numpy array, None) or (None, why it cannot be read)."""
-    if path in table.column_names:
-        return table.column(path).combine_chunks(), None
-    top, *steps = path.split(".")
-    if top not in table.column_names:
-        return None, f"the file has no column {top!r} (for {what} {path!r})"
-    values = table.column(top).combine_chunks()
-    for depth, step in enumerate(steps):
-        kind = values.type
-        if (pa.types.is_list(kind) or pa.types.is_large_list(kind)) and step.isdigit():
-            lengths = fill(pc.list_value_length(values), 0)
-            short = np.asarray(values.is_null()) | (lengths <= int(step))
-            safe = pc.if_else(pa.array(short), pa.scalar(None, kind), values)
-            values = pc.list_element(pc.fill_null(safe, pa.scalar([None] * (int(step) + 1), kind)), int(step))
-            continue
-        if pa.types.is_struct(kind):
-            if kind.get_field_index(step) < 0:
-                where = ".".join([top] + steps[:depth])
-                return None, f"{where} has no field {step!r} (fields: {', '.join(f.name for f in kind)})"
-            values = pc.struct_field(values, step)
-        elif pa.types.is_map(kind) and (pa.types.is_string(kind.key_type) or pa.types.is_large_string(kind.key_type)):
-            values = pc.map_lookup(values, pa.scalar(step, kind.key_type), "first")
-        elif pa.types.is_string(kind) or pa.types.is_large_string(kind):
-            return _json_path(values, steps[depth:]), None  # stored as JSON text (see readers.py)
-        else:
-            return None, f"{'.'.join([top] + steps[:depth])} has type {kind}: no field {step!r} in it"
-    return values, None
-
-
-def _json_path(texts, steps) -> np.ndarray:
-    """Values read as JSON text (mixed-type dicts of .pt dumps): a loop over rows, only for that case."""
-    out = np.full(len(texts), np.nan)
-    for i, text in enumerate(texts.to_pylist()):
-        try:
-            value = json.loads(text) if text is not None else None
-            for step in steps:
-                value = value.get(step) if isinstance(value, dict) else None
-        except ValueError:
-            value = None
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            out[i] = float(value)
-    return out
 
 
 def _is_number(kind) -> bool:
