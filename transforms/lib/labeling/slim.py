@@ -34,6 +34,11 @@ from rollout_relabel.transforms.lib.labeling.columns import (
 from rollout_relabel.transforms.lib.labeling.settings import RewardFields
 
 
+def mask_value_text(count: int, values: list) -> str:
+    first = next(v for v in values if v is not None and v not in (0, 1))
+    return f"loss_mask holds {count} value(s) other than 0 and 1 (first: {first}); each token trains (1) or not (0)"
+
+
 def batch_key_of(source: str, step) -> str:
     """Batch key: the Parquet `step` value, else the file itself (a .pt dump is one batch)."""
     return f"step={step}" if step is not None else f"file={source}"
@@ -64,7 +69,8 @@ def extract_slim(table: pa.Table, source: str, reward: RewardFields | str | None
     n = table.num_rows
     problem = np.zeros(n, dtype=np.int64)
     details: dict[int, str] = {}
-    table = mapped_columns(table, fields.columns, problem, details)
+    columns, legacy_verl = _verl_columns(table, fields)
+    table = mapped_columns(table, columns, problem, details)
     malformed = malformed_lines(table)
     if malformed:  # first: its nulls are not the row's problem
         where = np.zeros(n, dtype=bool)
@@ -102,11 +108,17 @@ def extract_slim(table: pa.Table, source: str, reward: RewardFields | str | None
         null_tokens = list_sums(pa.ListArray.from_arrays(mask.offsets, pc.cast(mask.values.is_null(), pa.int8())))
         flag(problem, details, has_mask & (null_tokens > 0), "null-mask-value",
               lambda i: null_mask_text(null_tokens[i], mask_len[i]))
+    if mask is not None:  # 0 or 1 each: another value would weigh the token's loss (negative sums were written)
+        values = mask.values
+        odd = pc.and_(pc.is_valid(values), pc.invert(pc.is_in(values, value_set=pa.array([0, 1], values.type))))
+        odd_tokens = list_sums(pa.ListArray.from_arrays(mask.offsets, pc.cast(pc.fill_null(odd, False), pa.int8())))
+        flag(problem, details, has_mask & (odd_tokens > 0), "mask-value",
+             lambda i: mask_value_text(odd_tokens[i], mask[i].as_py()))
     remove = bool_column(table, "remove_sample")
     trainable = np.where(remove, 0, np.where(has_mask, mask_sum, np.maximum(length, 0)))
 
     group_index, group_text = _key(table, "group_index")
-    if fields.group_key == "verl-uid":  # {uid}_{session}_{index} -> {uid} (verl: uid.rsplit("_", 2)[0])
+    if fields.group_key == "verl-uid" and not legacy_verl:  # {uid}_{session}_{index} -> {uid} (uid.rsplit("_", 2)[0])
         text = group_text if group_text is not None else pc.cast(group_index, pa.string())
         group_text = pc.replace_substring_regex(text, r"_[^_]*_[^_]*$", "")
         group_index = _placeholder(group_text)
@@ -163,6 +175,22 @@ def extract_slim(table: pa.Table, source: str, reward: RewardFields | str | None
     if len(unique) == 1:  # the usual file: one step, no rows to split off
         return [(batch_key_of(source, int(unique[0])), slim)]
     return [(batch_key_of(source, int(step)), slim.filter(pa.array(step_values == step))) for step in unique]
+
+def _verl_columns(table: pa.Table, fields: RewardFields) -> tuple[tuple[str, ...] | None, bool]:
+    """(the --column mapping to read `table` with, whether it is a legacy verl dump).
+
+    Under --group-key verl-uid, a file without the uid column (verl's legacy trainer writes none; its
+    `_write_generations` in verl/trainer/ppo/ray_trainer.py, verl-project/verl@1dda039b9c63) is grouped by
+    identical `input` text, the prompt its responses share, taken whole (no suffix to cut)."""
+    columns = fields.columns
+    if fields.group_key != "verl-uid" or "input" not in table.column_names:
+        return columns, False
+    source = dict(item.partition("=")[::2] for item in columns or ()).get("group_index", "group_index")
+    if source.split(".", 1)[0] in table.column_names:
+        return columns, False
+    kept = tuple(item for item in columns or () if item.partition("=")[0] != "group_index")
+    return kept + ("group_index=input",), True
+
 
 def mapped_columns(table: pa.Table, columns, problem=None, details=None) -> pa.Table:
     """The table as the interpreted columns see it under --column NAME=SOURCE: NAME holds SOURCE's values
