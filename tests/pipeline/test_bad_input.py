@@ -127,6 +127,8 @@ CASES = [
     # planning reads `step` from the footer: a second `step` (or `group_index`) is this file's problem alone
     ("duplicate-step", parquet_twice(base(step=[0] * 8), "step"), [], "duplicate-column", None),
     ("duplicate-group-index", parquet_twice(base(step=[0] * 8), "group_index"), [], "duplicate-column", None),
+    ("duplicate-group-index-as-step", parquet_twice(base(), "group_index"), ["--column", "step=group_index"],
+     "duplicate-column", None),
     # the limit holds for what a .jsonl.gz expands to, not for its size on disk
     ("gzip-over-the-limit", raw(gzip.compress(b'{"reward": 1.0, "group_index": 0}\n' * 20000), ".jsonl.gz"),
      ["--max-file-bytes", "200000"], "file-too-large", None),
