@@ -12,6 +12,7 @@ import zlib
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.json as pajson
 
 from rollout_relabel.transforms.lib.errors import BadFile
@@ -28,6 +29,8 @@ INT64_MIN, INT64_MAX = -2 ** 63, 2 ** 63 - 1
 # an integer literal of 19+ digits in value position may be beyond int64, which pyarrow reads as a double
 _LONG_INTEGER = re.compile(rb"[\[:,]\s*-?\d{19,}\s*[,\]}]")
 _STRING = re.compile(rb'"(?:[^"\\]|\\.)*"')
+_ALL_BUT_OPENS = bytes(b for b in range(256) if b not in b"[{\n")
+_DIGITS_AS_ZERO = bytes(ord("0") if b in b"0123456789" else ord(" ") for b in range(256))
 
 
 def read_jsonl(path: str, raw: bytes, columns=None, max_bytes: int | None = None) -> pa.Table:
@@ -46,13 +49,20 @@ def read_jsonl(path: str, raw: bytes, columns=None, max_bytes: int | None = None
     if not raw.strip():
         raise BadFile("empty-file", f"{path}: file is empty (no JSON lines)")
     deep = _too_deep(raw)
-    huge = _has_huge_integer(raw)
     table = malformed = None
-    if not deep and not huge:
+    if not deep:
         try:
             table, malformed = _parse_json_lines(raw), {}
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
             pass
+    if table is not None:
+        # pyarrow reads an integer beyond int64 as a double of magnitude 2**63 or more: only a file holding
+        # such a double is searched for one (rewards and other doubles of a usual file are far smaller)
+        huge = any(_holds_large_double(column) for column in table.columns) and _has_huge_integer(raw)
+    else:
+        huge = _has_huge_integer(raw)
+    if huge:
+        table = None
     if table is None:
         table, malformed = _read_line_by_line(path, raw, deep, huge)
     twice = sorted({n for n in table.column_names if table.column_names.count(n) > 1})
@@ -112,22 +122,21 @@ def _too_deep(raw: bytes) -> set[int]:
     """Line numbers (1-based, blank lines counted) of the lines nested deeper than MAX_DEPTH.
 
     A line can only be that deep when it holds more than MAX_DEPTH opening brackets: those lines are
-    found by counting brackets per line, and only they are measured exactly (strings left out)."""
-    if raw.count(b"[") + raw.count(b"{") <= MAX_DEPTH:
+    found by keeping only brackets and line ends (bytes.translate, at memory speed), and only they are
+    measured exactly (strings left out)."""
+    opens = raw.translate(None, _ALL_BUT_OPENS)
+    if len(opens) - opens.count(b"\n") <= MAX_DEPTH:
         return set()
-    data = np.frombuffer(raw, np.uint8)
-    newlines = np.flatnonzero(data == ord("\n"))
-    counts = np.zeros(len(newlines) + 1, dtype=np.int64)
-    for start in range(0, len(data), 1 << 26):  # pieces: the masks of a large file stay small
-        part = data[start:start + (1 << 26)]
-        opens = np.flatnonzero((part == ord("[")) | (part == ord("{"))) + start
-        counts += np.bincount(np.searchsorted(newlines, opens), minlength=len(counts))
+    candidates = [n for n, line in enumerate(opens.split(b"\n")) if len(line) > MAX_DEPTH]
+    if not candidates:
+        return set()
+    ends = np.flatnonzero(np.frombuffer(raw, np.uint8) == ord("\n"))
     deep = set()
-    for line in np.flatnonzero(counts > MAX_DEPTH):
-        begin = 0 if line == 0 else int(newlines[line - 1]) + 1
-        end = int(newlines[line]) if line < len(newlines) else len(raw)
+    for line in candidates:
+        begin = 0 if line == 0 else int(ends[line - 1]) + 1
+        end = int(ends[line]) if line < len(ends) else len(raw)
         if _depth(raw[begin:end]) > MAX_DEPTH:
-            deep.add(int(line) + 1)
+            deep.add(line + 1)
     return deep
 
 
@@ -150,22 +159,56 @@ def _exact_int(text: str) -> int:
     return value
 
 
+def _holds_large_double(array) -> bool:
+    """Whether a floating-point value of magnitude 2**63 or more lies anywhere in the column (nested too)."""
+    chunks = array.chunks if isinstance(array, pa.ChunkedArray) else [array]
+    for chunk in chunks:
+        kind = chunk.type
+        if pa.types.is_floating(kind):
+            largest = pc.max(pc.abs(chunk)).as_py()
+            if largest is not None and largest >= 2.0 ** 63:
+                return True
+        elif pa.types.is_struct(kind):
+            if any(_holds_large_double(chunk.field(i)) for i in range(kind.num_fields)):
+                return True
+        elif pa.types.is_map(kind):
+            if _holds_large_double(chunk.keys) or _holds_large_double(chunk.items):
+                return True
+        elif pa.types.is_list(kind) or pa.types.is_large_list(kind) or pa.types.is_fixed_size_list(kind):
+            if _holds_large_double(chunk.values):
+                return True
+    return False
+
+
 def _has_huge_integer(raw: bytes) -> bool:
-    """Whether a line holds an integer beyond int64 (pyarrow would read it as a double). Only lines where a
-    19-digit run stands in value position are parsed to be sure (a long number inside a text is not one)."""
-    checked = set()
-    for match in _LONG_INTEGER.finditer(raw):
-        begin = raw.rfind(b"\n", 0, match.start()) + 1
-        if begin in checked:
-            continue
-        checked.add(begin)
-        end = raw.find(b"\n", match.end())
-        try:
-            json.loads(raw[begin:end if end >= 0 else len(raw)], parse_int=_exact_int)
-        except _HugeInteger:
-            return True
-        except (ValueError, RecursionError):  # a malformed line: the reader finds it
-            continue
+    """Whether a line holds an integer beyond int64 (pyarrow would read it as a double).
+
+    Runs of 19+ digits are found with every digit mapped to one byte (bytes.translate and find, at memory
+    speed, in pieces); only a line where such a run stands in value position is parsed to be sure (a long
+    number inside a text is not one)."""
+    run, piece = b"0" * 19, 1 << 26
+    for offset in range(0, len(raw), piece):
+        flat = raw[offset:offset + piece + len(run) - 1].translate(_DIGITS_AS_ZERO)
+        at = flat.find(run)
+        while at >= 0:
+            begin = raw.rfind(b"\n", 0, offset + at) + 1
+            end = raw.find(b"\n", offset + at)
+            end = len(raw) if end < 0 else end
+            if _holds_huge_integer(raw[begin:end]):
+                return True
+            at = flat.find(run, end - offset + 1) if end - offset + 1 < len(flat) else -1
+    return False
+
+
+def _holds_huge_integer(line: bytes) -> bool:
+    if not _LONG_INTEGER.search(line):
+        return False
+    try:
+        json.loads(line, parse_int=_exact_int)
+    except _HugeInteger:
+        return True
+    except (ValueError, RecursionError):  # a malformed line: the reader finds it
+        pass
     return False
 
 

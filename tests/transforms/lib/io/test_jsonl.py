@@ -93,3 +93,10 @@ def test_brackets_inside_text_are_not_nesting():
     table = read_jsonl("x.jsonl", _lines([{"reward": 1.0, "code": text}]))
     assert table.column("code").to_pylist() == [text]
     assert malformed_lines(table) == {}
+
+
+def test_ids_beyond_int64_stay_exact_beside_a_malformed_line():
+    raw = _lines([{"id": 2 ** 64 + 1, "r": 1.0}]) + b"{not json\n" + _lines([{"id": 2 ** 64 + 2, "r": 0.0}])
+    table = read_jsonl("x.jsonl", raw)
+    assert table.column("id").to_pylist() == [str(2 ** 64 + 1), None, str(2 ** 64 + 2)]
+    assert list(malformed_lines(table)) == [1]
