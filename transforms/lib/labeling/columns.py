@@ -201,7 +201,7 @@ def json_values(texts, steps) -> pa.Array:
     for text in texts.to_pylist():
         try:
             value = json.loads(text) if text is not None else None
-        except ValueError:
+        except (ValueError, RecursionError):  # not JSON (plain text), or nested beyond the parser: no value
             value = None
         for step in steps:
             if isinstance(value, dict):

@@ -29,3 +29,9 @@ def test_a_dotted_path_reads_json_text_as_it_reads_a_struct():
     assert lookup_path(texts, "meta.big")[0].to_pylist() == [str(2 ** 64), "3", None]
     assert lookup_path(texts, "meta.l.1")[0].to_pylist() == [8, None, None]
     assert lookup_path(texts, "meta.absent")[0].to_pylist() == [None, None, None]
+
+
+def test_text_that_is_not_json_has_no_value_at_a_path():
+    from rollout_relabel.transforms.lib.labeling.columns import lookup_path
+    texts = pa.table({"m": ["[" * 100000, "plain text", '{"a": "x"}']})
+    assert lookup_path(texts, "m.a")[0].to_pylist() == [None, None, "x"]
