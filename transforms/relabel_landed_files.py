@@ -60,6 +60,7 @@ class RelabelLandedFn(beam.DoFn):
         self._fingerprint = settings.fingerprint()
         # the steps a record keeps (they close steps for a restarted watcher): only when batches are steps
         self._step_column = settings.labeling.step_column() if settings.labeling.batch_from == "column" else None
+        self._max_bytes = settings.max_file_bytes
 
     def setup(self):
         self._group_fn.setup()
@@ -98,7 +99,8 @@ class RelabelLandedFn(beam.DoFn):
             stats += by_tag[COUNTERS]
         dead = self._write_records(item, dead, watch_records.DEAD_LETTERS_DIR, DEAD)
         filtered = self._write_records(item, filtered, watch_records.FILTERED_DIR, FILTERED)
-        steps = (step_range(InputFile(source, item["output"], item["size"], item["mtime"]), self._step_column)
+        steps = (step_range(InputFile(source, item["output"], item["size"], item["mtime"]), self._step_column,
+                              self._max_bytes)
                  if self._step_column is not None else None)
         return {"input": item, "fingerprint": self._fingerprint, "steps": list(steps) if steps else None,
                 "group": [f["output"] for f in group], "stats": [stat_to_dict(s) for s in stats],
