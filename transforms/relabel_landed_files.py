@@ -34,7 +34,7 @@ from rollout_relabel.transforms.lib.output.stage_outputs import (
     FileWritten,
     stat_to_dict,
 )
-from rollout_relabel.transforms.lib.watch import ledger
+from rollout_relabel.transforms.lib.watch import ledger as ledger
 from rollout_relabel.transforms.metrics import counter
 from rollout_relabel.transforms.relabel_file_groups import RelabelFileGroupFn
 
@@ -61,6 +61,7 @@ class RelabelLandedFn(beam.DoFn):
         self._fingerprint = settings.fingerprint()
         # the steps a record keeps (they close steps for a restarted watcher): only when batches are steps
         self._step_column = settings.labeling.step_column() if settings.labeling.batch_from == "column" else None
+        self._max_bytes = settings.max_file_bytes
 
     def setup(self):
         self._group_fn.setup()
@@ -99,7 +100,8 @@ class RelabelLandedFn(beam.DoFn):
             stats += by_tag[COUNTERS]
         dead = self._write_excluded(item, dead, ledger.DEAD_LETTERS_DIR, DEAD)
         filtered = self._write_excluded(item, filtered, ledger.FILTERED_DIR, FILTERED)
-        steps = (step_range(InputFile(source, item["output"], item["size"], item["mtime"]), self._step_column)
+        steps = (step_range(InputFile(source, item["output"], item["size"], item["mtime"]), self._step_column,
+                              self._max_bytes)
                  if self._step_column is not None else None)
         return {"input": item, "fingerprint": self._fingerprint, "steps": list(steps) if steps else None,
                 "group": [f["output"] for f in group], "stats": [stat_to_dict(s) for s in stats],

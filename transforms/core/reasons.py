@@ -39,6 +39,7 @@ class Reason(StrEnum):
     MISSING_BASELINE = "missing-baseline"            # remax: a unit's baseline is null, non-numeric or non-finite
     GDPO_TOO_FEW_TOKENS = "gdpo-too-few-tokens"      # gdpo: the batch's written rows have < 2 trainable tokens
     MALFORMED_LINE = "malformed-line"                # a JSONL line that is not a JSON object
+    MASK_VALUE = "mask-value"                        # a loss_mask value other than 0 and 1 (unit: group)
     # not a dead letter: the reason of filtered.parquet rows (--drop-uniform-groups)
     UNIFORM_GROUP = "uniform-group"
 
