@@ -29,7 +29,7 @@ COMMANDS = {
 
 
 def entry() -> None:
-    """The console command: main(), then a quick exit (pipeline/beam_internals.py says why).
+    """The console command: main(), then a quick exit (pipeline/beam_internals/ says why).
 
     The cyclic garbage collector is off while the command's modules are imported (settle_heap turns it
     back on): importing Beam allocates objects that live as long as the process and frees almost
