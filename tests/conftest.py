@@ -61,7 +61,7 @@ def installed(tmp_path_factory):
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation",
                     "-w", work / "wheel", source], check=True, capture_output=True)
     venv = work / "venv"
-    subprocess.run([sys._base_executable, "-m", "venv", "--without-pip", venv], check=True)  # noqa: SLF001
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", venv], check=True)
     site = next((venv / "lib").glob("python3*/site-packages"))
     # this venv's site-packages, and where its dependencies are when it shares another venv's (a .pth there)
     dependencies = dict.fromkeys([sysconfig.get_paths()["purelib"], os.path.dirname(os.path.dirname(pytest.__file__))])

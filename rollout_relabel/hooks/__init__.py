@@ -37,9 +37,9 @@ from rollout_relabel.transforms.core.advantages import compute_advantages
 from rollout_relabel.transforms.core.config import CoreConfig
 from rollout_relabel.transforms.core.reasons import REASONS
 from rollout_relabel.transforms.lib.hooks.sample_core import rows_from_samples
-from rollout_relabel.transforms.lib.labeling.dead_messages import dead_messages
+from rollout_relabel.transforms.lib.labeling.dead_messages import BatchRows, dead_messages
 from rollout_relabel.transforms.lib.labeling.settings import Labeling
-from rollout_relabel.transforms.lib.worker import faults
+from rollout_relabel.transforms.lib.worker.faults import ENV, FAIL_ENV, PAUSE_ENV
 
 PREFIX = "ROLLOUT_RELABEL_"
 ZERO_BAD_GROUPS_ENV = PREFIX + "ZERO_BAD_GROUPS"
@@ -64,7 +64,7 @@ HOOK_REFUSES = {
     "drop_uniform_groups": "a hook cannot drop samples from the trainer's step",
 }
 # The project's test-only fault injection (transforms/lib/worker/faults.py) reads these; not options.
-NOT_OPTIONS = (faults.ENV, faults.FAIL_ENV, faults.PAUSE_ENV)
+NOT_OPTIONS = (ENV, FAIL_ENV, PAUSE_ENV)
 
 
 def env_name(option: str) -> str:
@@ -164,8 +164,9 @@ def _dead_rows(rows, out, dead, config) -> list[tuple[int, str, str]]:
     core = rows.core
     keys = [int(k) if has else None for k, has in zip(core.rollout_key.tolist(), core.has_rollout_key.tolist())]
     positions = np.arange(core.num_rows)
-    messages = dead_messages(BATCH, dead, out.problem, core.row_problem, rows.details, lambda i: SOURCE,
-                             positions, out.prompt_group, rows.reward, keys, config)
+    batch = BatchRows(BATCH, positions, lambda i: SOURCE, out.prompt_group, rows.reward, keys, core.row_problem,
+                      rows.details)
+    messages = dead_messages(dead, out.problem, batch, config)
     return [(int(i), REASONS[out.problem[i]], message) for i, message in zip(dead, messages)]
 
 

@@ -74,18 +74,59 @@ def extract_slim(table: pa.Table, source: str, labeling: Labeling | str | None =
     n = table.num_rows
     problem = np.zeros(n, dtype=np.int64)
     details: dict[int, str] = {}
+    table, legacy_verl = _usable_rows(table, source, fields, problem, details)
+    reward, parts = _rewards(table, fields, problem, details)
+    trainable = _trainable_tokens(table, problem, details)
+    group_index, group_text = _group_keys(table, fields, legacy_verl)
+    rollout_key, rollout_text = _rollout_key(table)
+    baseline = None
+    if fields.baseline_column is not None:  # after every row problem: a problem's text wins its row's detail
+        baseline = _baseline_values(table, fields.baseline_column, problem, details)
+    stored = None
+    if stored_advantage is not None:
+        stored = stored_advantage_values(table, stored_advantage)
+    columns = {
+        "row": pa.array(np.arange(n, dtype=np.int64)),
+        "reward": pa.array(np.where(problem == 0, reward, 0.0)),
+        "trainable": pa.array(trainable.astype(np.int64)),
+        "group_index": group_index,
+        "rollout_key": rollout_key,
+        "problem": pa.array(problem),
+        "detail": _detail_column(details, n),
+    }
+    optional = {
+        "reward_parts": _parts_column(parts, problem) if parts is not None else None,
+        "baseline": pa.array(baseline, mask=~np.isfinite(baseline)) if baseline is not None else None,
+        "group_text": group_text,
+        "rollout_text": rollout_text,
+        "stored_advantage": stored,
+    }
+    columns.update((name, column) for name, column in optional.items() if column is not None)
+    slim = pa.table(columns, schema=schemas.slim_schema(parts is not None, baseline is not None,
+                                                        group_text is not None, rollout_text is not None,
+                                                        stored is not None))
+    return _by_batch(table, source, fields, slim)
+
+
+def _usable_rows(table: pa.Table, source: str, fields: Labeling, problem, details) -> tuple[pa.Table, bool]:
+    """(the table as the interpreted columns see it (--column), whether it is a legacy verl dump): malformed
+    lines flagged first (their nulls are not the row's problem), then each interpreted column checked for a
+    usable type."""
+    n = table.num_rows
     columns, legacy_verl = _verl_columns(table, fields)
     table = mapped_columns(table, columns, problem, details)
     malformed = malformed_lines(table)
-    if malformed:  # first: its nulls are not the row's problem
+    if malformed:
         where = np.zeros(n, dtype=bool)
         where[list(malformed)] = True
         flag(problem, details, where, Reason.MALFORMED_LINE, lambda i: malformed[i])
         table = _around_malformed(table, where, source)
-    table = usable_columns(table, source, problem, details)
+    return usable_columns(table, source, problem, details), legacy_verl
 
-    parts = None
-    keys = fields.core.reward_keys
+
+def _rewards(table: pa.Table, fields: Labeling, problem, details) -> tuple[np.ndarray, np.ndarray | None]:
+    """(each row's reward value, each row's per-key values under --reward-keys, else None)."""
+    parts, keys = None, fields.core.reward_keys
     if keys is None:
         reward = _reward_values(table, fields.reward_key, problem, details)
     else:
@@ -94,6 +135,13 @@ def extract_slim(table: pa.Table, source: str, labeling: Labeling | str | None =
     # rewards and advantages are written as float32: a value beyond its range would be written as inf
     flag(problem, details, np.isfinite(reward) & (np.abs(reward) > FLOAT32_MAX), Reason.VALUE_TOO_LARGE,
          lambda i: f"reward {reward[i]!r} does not fit float32 (largest {FLOAT32_MAX:.6g})")
+    return reward, parts
+
+
+def _trainable_tokens(table: pa.Table, problem, details) -> np.ndarray:
+    """Each row's trainable tokens (its loss mask's sum, else its response length; 0 when removed), with
+    the length and mask checks flagged."""
+    n = table.num_rows
     response_length = int_column(table, "response_length")
     mask = table.column("loss_mask").combine_chunks() if "loss_mask" in table.column_names else None
     has_mask = np.zeros(n, dtype=bool) if mask is None else np.asarray(mask.is_valid())
@@ -105,15 +153,15 @@ def extract_slim(table: pa.Table, source: str, labeling: Labeling | str | None =
     length = np.where(length_given, length, mask_len)
 
     flag(problem, details, length_given & (length < 0), Reason.NEGATIVE_LENGTH,
-          lambda i: negative_length_text(length[i]))
+         lambda i: negative_length_text(length[i]))
     flag(problem, details, (length > MAX_RESPONSE_TOKENS) | (mask_len > MAX_RESPONSE_TOKENS), Reason.VALUE_TOO_LARGE,
-          lambda i: too_large_text(max(length[i], mask_len[i])))
+         lambda i: too_large_text(max(length[i], mask_len[i])))
     flag(problem, details, has_mask & length_given & (mask_len != length), Reason.MASK_LENGTH,
-          lambda i: mask_length_text(mask_len[i], length[i]))
+         lambda i: mask_length_text(mask_len[i], length[i]))
     if mask is not None and mask.values.null_count:
         null_tokens = list_sums(pa.ListArray.from_arrays(mask.offsets, pc.cast(mask.values.is_null(), pa.int8())))
         flag(problem, details, has_mask & (null_tokens > 0), Reason.NULL_MASK_VALUE,
-              lambda i: null_mask_text(null_tokens[i], mask_len[i]))
+             lambda i: null_mask_text(null_tokens[i], mask_len[i]))
     if mask is not None:  # 0 or 1 each: another value would weigh the token's loss (negative sums were written)
         values = mask.values
         odd = pc.and_(pc.is_valid(values), pc.invert(pc.is_in(values, value_set=pa.array([0, 1], values.type))))
@@ -121,53 +169,37 @@ def extract_slim(table: pa.Table, source: str, labeling: Labeling | str | None =
         flag(problem, details, has_mask & (odd_tokens > 0), Reason.MASK_VALUE,
              lambda i: mask_value_text(odd_tokens[i], mask[i].as_py()))
     remove = bool_column(table, "remove_sample")
-    trainable = np.where(remove, 0, np.where(has_mask, mask_sum, np.maximum(length, 0)))
+    return np.where(remove, 0, np.where(has_mask, mask_sum, np.maximum(length, 0)))
 
+
+def _group_keys(table: pa.Table, fields: Labeling, legacy_verl: bool = False):
+    """(group_index, group_text): the prompt-group key as an integer, or as text when any row's is text."""
     group_index, group_text = _key(table, "group_index")
     if fields.group_key == "verl-uid" and not legacy_verl:  # {uid}_{session}_{index} -> {uid} (uid.rsplit("_", 2)[0])
         text = group_text if group_text is not None else pc.cast(group_index, pa.string())
         group_text = pc.replace_substring_regex(text, r"_[^_]*_[^_]*$", "")
         group_index = _placeholder(group_text)
-    rollout_key, rollout_text = _rollout_key(table)
-    baseline = None
-    if fields.baseline_column is not None:  # after every row problem: a problem's text wins its row's detail
-        baseline = _baseline_values(table, fields.baseline_column, problem, details)
-    stored = None
-    if stored_advantage is not None:
-        stored = stored_advantage_values(table, stored_advantage)
-    if details:
-        detail = [None] * n
-        for i, text in details.items():
-            detail[i] = text
-        detail = pa.array(detail, pa.string())
-    else:
-        detail = pa.nulls(n, pa.string())
-    columns = {
-        "row": pa.array(np.arange(n, dtype=np.int64)),
-        "reward": pa.array(np.where(problem == 0, reward, 0.0)),
-        "trainable": pa.array(trainable.astype(np.int64)),
-        "group_index": group_index,
-        "rollout_key": rollout_key,
-        "problem": pa.array(problem),
-        "detail": detail,
-    }
-    if parts is not None:
-        width = parts.shape[1]
-        kept = np.where((problem == 0)[:, None], parts, 0.0).reshape(-1)
-        columns["reward_parts"] = pa.ListArray.from_arrays(pa.array(np.arange(n + 1, dtype=np.int32) * width),
-                                                           pa.array(kept))
-    if baseline is not None:
-        columns["baseline"] = pa.array(baseline, mask=~np.isfinite(baseline))
-    if group_text is not None:
-        columns["group_text"] = group_text
-    if rollout_text is not None:
-        columns["rollout_text"] = rollout_text
-    if stored is not None:
-        columns["stored_advantage"] = stored
-    slim = pa.table(columns, schema=schemas.slim_schema(parts is not None, baseline is not None,
-                                                        group_text is not None, rollout_text is not None,
-                                                        stored is not None))
+    return group_index, group_text
 
+
+def _detail_column(details: dict[int, str], n: int) -> pa.Array:
+    if not details:
+        return pa.nulls(n, pa.string())
+    detail = [None] * n
+    for i, text in details.items():
+        detail[i] = text
+    return pa.array(detail, pa.string())
+
+
+def _parts_column(parts: np.ndarray, problem: np.ndarray) -> pa.Array:
+    """The per-key reward values as a list per row (zeros on a row with a problem)."""
+    n, width = len(problem), parts.shape[1]
+    kept = np.where((problem == 0)[:, None], parts, 0.0).reshape(-1)
+    return pa.ListArray.from_arrays(pa.array(np.arange(n + 1, dtype=np.int32) * width), pa.array(kept))
+
+
+def _by_batch(table: pa.Table, source: str, fields: Labeling, slim: pa.Table) -> list[tuple[str, pa.Table]]:
+    """The slim rows split by batch: one folder, one file, or the file's `step` values (a null step: BadFile)."""
     if fields.batch_from == "folder":
         return [(f"folder={source.rsplit('/', 1)[0] if '/' in source else '.'}", slim)]
     if "step" not in table.column_names or fields.batch_from == "file":
@@ -181,6 +213,7 @@ def extract_slim(table: pa.Table, source: str, labeling: Labeling | str | None =
     if len(unique) == 1:  # the usual file: one step, no rows to split off
         return [(batch_key_of(source, int(unique[0])), slim)]
     return [(batch_key_of(source, int(step)), slim.filter(pa.array(step_values == step))) for step in unique]
+
 
 def _verl_columns(table: pa.Table, fields: Labeling) -> tuple[tuple[str, ...] | None, bool]:
     """(the --column mapping to read `table` with, whether it is a legacy verl dump).
