@@ -41,15 +41,15 @@ class CompareFileGroupFn(CoreDoFn):
         names = {r["path"]: r["name"] for r in group}
         buckets = Buckets()
         rows_read = 0
-        for item in read_slim(group, lambda record: read_table(record["path"], columns=columns), reward,
+        for item in read_slim(group, lambda entry: read_table(entry["path"], columns=columns), reward,
                               stored):
             if isinstance(item, Unreadable):  # counted in the report under both labelings
-                yield pvalue.TaggedOutput(FILES, {"name": item.record["name"], "rows": 0, "reason": item.reason,
+                yield pvalue.TaggedOutput(FILES, {"name": item.entry["name"], "rows": 0, "reason": item.reason,
                                                   "message": item.message})
                 continue
             rows_read += item.table.num_rows
             counter("rows_in").inc(item.table.num_rows)
-            yield pvalue.TaggedOutput(FILES, {"name": item.record["name"], "rows": item.table.num_rows,
+            yield pvalue.TaggedOutput(FILES, {"name": item.entry["name"], "rows": item.table.num_rows,
                                               "reason": None, "message": None})
             buckets.add(item)
         for batch_key, parts, sizes in buckets.in_order():
@@ -65,7 +65,7 @@ class CompareFileGroupFn(CoreDoFn):
 
 
 class CompareLabelings(beam.PTransform):
-    """PCollection[list of input records {path, name, ...}] -> batches (main) / groups / points / files."""
+    """PCollection[list of input entries {path, name, ...}] -> batches (main) / groups / points / files."""
 
     def __init__(self, settings: CompareSettings, progress_dir: str | None = None):
         super().__init__()

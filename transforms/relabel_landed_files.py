@@ -4,8 +4,8 @@ The work is file_group.relabel_file_group's, with the outputs RelabelFileGroups
 makes of it (the same functions write the same bytes as `relabel run`),
 collected here instead of emitted; this stage adds what a stream needs: each input's dead
 letters and filtered rows in their own file (dead_letters/<part name>,
-filtered/<part name>), a per-input record (_watch/<part stem>.json, written
-last: the input is done), and the manifest rewritten from the records after
+filtered/<part name>), a per-input ledger entry (_watch/<part stem>.json, written
+last: the input is done), and the manifest rewritten from the entries after
 every group. A stop request (Ctrl-C) is honoured between groups: a group not
 started is left for the next watch.
 """
@@ -85,15 +85,15 @@ class RelabelLandedFn(CoreDoFn):
             by_tag = self._relabel(files)
         dead, filtered = by_source(by_tag[DEAD]), by_source(by_tag[FILTERED])
         for position, f in enumerate(files):
-            record = self._record(f, files, by_tag, dead.get(f["path"]), filtered.get(f["path"]),
-                                  first=position == 0)
-            ledger.write_entry(self._output_dir, record)
+            entry = self._entry(f, files, by_tag, dead.get(f["path"]), filtered.get(f["path"]),
+                                first=position == 0)
+            ledger.write_entry(self._output_dir, entry)
             counter("files_done").inc()
             yield {"path": f["path"], "output": f["output"], "rows_out": sum(
                 s.rows_out for s in by_tag[STATS] if isinstance(s, FileWritten) and s.source == f["path"])}
         ledger.write_watch_manifest(self._output_dir, self._lineage, self._fingerprint, "running")
 
-    def _record(self, item: dict, group: list[dict], by_tag: dict, dead, filtered, first: bool) -> dict:
+    def _entry(self, item: dict, group: list[dict], by_tag: dict, dead, filtered, first: bool) -> dict:
         source = item["path"]
         stats = [read for s, read in by_tag[FILES] if s == source]
         stats += [s for s in by_tag[STATS] if s.source == source]
