@@ -1,0 +1,225 @@
+"""Delta Lake output: a run's part files published by one Delta commit (no Beam here).
+
+A `relabel run --output-format delta` writes its part files as a folder run
+does, into a folder of the table that is unique to the commit it prepares
+(`run=<name>/<token>/`), then publishes them with one transaction that adds
+them and removes the files the run's partition held. Until that commit a
+reader of the table sees the previous version; after it, the new one: never
+a partial run. The commit's info carries the options record and fingerprint,
+so `DeltaTable.history()` says which semantics made each version.
+
+The token names the commit being prepared: it is derived from the options,
+the inputs and what the run's partition holds now, so a rerun of a killed
+backfill finds the part files it already wrote (and resumes), while the next
+backfill of the run, whose partition then holds this commit's files, gets
+another token and never writes over a file an earlier version references.
+
+The transaction API used is deltalake's `DeltaTable.create_write_transaction`
+(overwrite with partition filters: the partition's current files are removed
+in the same commit) and `create_table_with_add_actions` for a table's first
+commit, as in delta-io/delta-rs python/deltalake/transaction.py and table.py
+(commit 6f52fa6e416d8f7a3540e1e85475601c60d9e3ce).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from dataclasses import dataclass
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from rollout_relabel.transforms.lib.errors import CommitConflict, UsageError
+from rollout_relabel.transforms.lib.io import filesystem
+
+RUN_COLUMN = "run"
+METADATA_KEY = "rollout_relabel"  # our record in each commit's info
+RUN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+# the dead letters and filtered rows of every run: tables of their own, beside the training rows' table
+RECORD_TABLE_SUFFIX = {"dead": "_dead_letters", "filtered": "_filtered"}
+OBJECT_STORE_SCHEMES = ("s3://", "s3a://")
+
+
+def _deltalake():
+    """deltalake, or a UsageError naming the extra that installs it."""
+    try:
+        import deltalake
+    except ImportError:
+        raise UsageError("--output-format delta needs deltalake: pip install -c constraints.txt "
+                         "'rollout-relabel[delta]'") from None
+    return deltalake
+
+
+def check_run_name(name: str) -> str:
+    """A run name is a partition value and a folder name: letters, digits, `.`, `_`, `-`."""
+    if not RUN_NAME.fullmatch(name or ""):
+        raise UsageError(f"--run-name {name!r}: use letters, digits, '.', '_' and '-' (starting with a letter or "
+                         "digit)")
+    return name
+
+
+def storage_options(table: str, given: dict[str, str]) -> dict[str, str] | None:
+    """deltalake's storage options for `table`. On S3 two writers must not both create one commit file:
+    unless a locking provider is named, commits use conditional writes (`conditional_put=etag`: S3, MinIO
+    and moto refuse a second create of the same log entry), so no lock table is needed."""
+    options = dict(given)
+    if table.startswith(OBJECT_STORE_SCHEMES) and "AWS_S3_LOCKING_PROVIDER" not in {k.upper() for k in options}:
+        options.setdefault("conditional_put", "etag")
+    return options or None
+
+
+def records_table(table: str, kind: str) -> str:
+    """The table holding `kind` records ("dead", "filtered") of the training rows' table `table`."""
+    return table.rstrip("/") + RECORD_TABLE_SUFFIX[kind]
+
+
+def partition_folder(run: str) -> str:
+    return f"{RUN_COLUMN}={run}"
+
+
+@dataclass
+class Snapshot:
+    """One table as a backfill of `run` found it: the version it commits against (None: no table yet)."""
+    table: str
+    run: str
+    storage: dict | None
+    delta: object | None  # the DeltaTable loaded at that version
+    version: int | None
+    files: tuple[str, ...]  # what the run's partition holds (paths relative to the table)
+
+    def last_commit(self) -> dict | None:
+        """Our record in the newest commit that replaced this run's partition, or None."""
+        if self.delta is None:
+            return None
+        for entry in self.delta.history():
+            record = entry.get(METADATA_KEY)
+            if isinstance(record, dict) and record.get("run") == self.run:
+                return dict(record, version=entry.get("version"))
+        return None
+
+
+def open_snapshot(table: str, run: str, storage: dict | None) -> Snapshot:
+    """Load the table's latest version (or find there is none) and list the run's partition."""
+    deltalake = _deltalake()
+    try:
+        delta = deltalake.DeltaTable(table, storage_options=storage)
+    except deltalake.exceptions.TableNotFoundError:
+        return Snapshot(table, run, storage, None, None, ())
+    return Snapshot(table, run, storage, delta, delta.version(), _partition_files(delta, run))
+
+
+def _partition_files(delta, run: str) -> tuple[str, ...]:
+    files = pa.table(delta.get_add_actions(flatten=True))
+    if not files.num_rows:
+        return ()
+    paths, runs = files.column("path").to_pylist(), files.column(f"partition.{RUN_COLUMN}").to_pylist()
+    return tuple(sorted(p for p, r in zip(paths, runs) if r == run))
+
+
+def commit_token(fingerprint: str, inputs: str, snapshot: Snapshot) -> str:
+    """Names the commit being prepared (module docstring). An empty partition has no files to tell two
+    commits apart by, so the table's version stands in for them."""
+    state = list(snapshot.files) if snapshot.files else [f"empty at version {snapshot.version}"]
+    text = json.dumps([fingerprint, inputs, snapshot.run, state])
+    return "c-" + hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def staging_folder(table: str, run: str, token: str) -> str:
+    """Where a commit's part files are written: inside the table, unique to the commit."""
+    return filesystem.join(table, partition_folder(run), token)
+
+
+def parquet_rows_and_schema(path: str) -> tuple[int, pa.Schema]:
+    with filesystem.open_read(path) as handle:
+        metadata = pq.ParquetFile(handle).metadata
+        return metadata.num_rows, metadata.schema.to_arrow_schema()
+
+
+def add_actions(table: str, run: str, relative: list[str]) -> tuple[list, pa.Schema | None]:
+    """deltalake AddActions for files already in the table (paths relative to it), and the table schema
+    they imply (theirs without metadata, plus the run column), or None when there is no file."""
+    from deltalake.transaction import AddAction
+
+    actions, schema = [], None
+    for path in relative:
+        full = filesystem.join(table, path)
+        found = filesystem.match(full)
+        if len(found) != 1:
+            raise FileNotFoundError(f"{full}: a part file to commit is missing")
+        rows, file_schema = parquet_rows_and_schema(full)
+        schema = schema or file_schema.remove_metadata()
+        actions.append(AddAction(path, int(found[0].size_in_bytes), {RUN_COLUMN: run},
+                                 int(found[0].last_updated_in_seconds * 1000), True,
+                                 json.dumps({"numRecords": rows})))
+    if schema is not None:
+        schema = schema.append(pa.field(RUN_COLUMN, pa.string()))
+    return actions, schema
+
+
+def commit(snapshot: Snapshot, actions: list, schema: pa.Schema | None, record: dict) -> int:
+    """Replace the run's partition with `actions` in one commit, against the version the snapshot loaded:
+    a concurrent commit that replaced the same run first makes this one fail (CommitConflict, nothing
+    committed); one that touched other runs only does not. Returns the version committed."""
+    deltalake = _deltalake()
+    from deltalake.transaction import CommitProperties, create_table_with_add_actions
+
+    properties = CommitProperties(custom_metadata={METADATA_KEY: dict(record, run=snapshot.run)})
+    delta = snapshot.delta
+    if delta is None:
+        if schema is None:
+            raise UsageError(f"{snapshot.table}: no table yet and nothing to create it with")
+        try:
+            create_table_with_add_actions(snapshot.table, deltalake.Schema.from_arrow(schema), actions, mode="error",
+                                          partition_by=[RUN_COLUMN], storage_options=snapshot.storage,
+                                          commit_properties=properties)
+            return deltalake.DeltaTable(snapshot.table, storage_options=snapshot.storage).version()
+        except deltalake.exceptions.DeltaError:
+            # another backfill created the table meanwhile: commit into it, unless it holds this run now
+            snapshot = open_snapshot(snapshot.table, snapshot.run, snapshot.storage)
+            if snapshot.delta is None:
+                raise
+            if snapshot.files:
+                raise _conflict(snapshot) from None
+            delta = snapshot.delta
+    if schema is None:
+        schema = delta.schema()
+    try:
+        delta.create_write_transaction(actions, "overwrite", schema, partition_by=[RUN_COLUMN],
+                                       partition_filters=[(RUN_COLUMN, "=", snapshot.run)],
+                                       commit_properties=properties)
+    except deltalake.exceptions.CommitFailedError as error:
+        raise _conflict(snapshot, error) from None
+    return _version_of(snapshot, record)
+
+
+def _version_of(snapshot: Snapshot, record: dict) -> int:
+    """The version our commit became (others may have committed since)."""
+    latest = open_snapshot(snapshot.table, snapshot.run, snapshot.storage)
+    found = latest.last_commit()
+    if found is None or found.get("token") != record.get("token"):
+        raise CommitConflict(f"{snapshot.table}: the commit of run {snapshot.run} is not in the table's history")
+    return int(found["version"])
+
+
+def _conflict(snapshot: Snapshot, error: Exception | None = None) -> CommitConflict:
+    latest = open_snapshot(snapshot.table, snapshot.run, snapshot.storage)
+    winner = latest.last_commit() or {}
+    said = f" ({str(error).splitlines()[0]})" if error else ""
+    return CommitConflict(
+        f"{snapshot.table}: another backfill of run {snapshot.run} committed first (version {winner.get('version')}, "
+        f"fingerprint {winner.get('fingerprint')}) after this one read version {snapshot.version}{said}; nothing of "
+        "this backfill was committed: rerun it to replace that version")
+
+
+def history(table: str, storage: dict | None = None) -> list[dict]:
+    """Our record of each commit, newest first: version, run, fingerprint, options, counts."""
+    delta = _deltalake().DeltaTable(table, storage_options=storage)
+    return [dict(entry[METADATA_KEY], version=entry.get("version")) for entry in delta.history()
+            if isinstance(entry.get(METADATA_KEY), dict)]
+
+
+def read_version(table: str, version: int | None = None, storage: dict | None = None) -> pa.Table:
+    """The table's rows at `version` (the latest when None), as Arrow."""
+    delta = _deltalake().DeltaTable(table, version=version, storage_options=storage)
+    return pa.table(delta.to_pyarrow_table())
