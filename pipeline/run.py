@@ -82,6 +82,7 @@ def run(argv: list[str], test_pipeline: beam.Pipeline | None = None) -> RunOutco
 
 def run_parsed(parsed: Parsed, settings: RunSettings, test_pipeline: beam.Pipeline | None = None) -> RunOutcome:
     """A run whose flags are parsed: into a folder, or (--output-format delta) a Delta table's commit."""
+    filesystem.use_options(parsed.options)
     if getattr(parsed.args, "output_format", "parquet") == "delta":
         from rollout_relabel.pipeline.backfill import run_delta
 
