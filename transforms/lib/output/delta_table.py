@@ -137,24 +137,44 @@ def parquet_rows_and_schema(path: str) -> tuple[int, pa.Schema]:
 
 
 def add_actions(table: str, run: str, relative: list[str]) -> tuple[list, pa.Schema | None]:
-    """deltalake AddActions for files already in the table (paths relative to it), and the table schema
-    they imply (theirs without metadata, plus the run column), or None when there is no file."""
+    """deltalake AddActions for the files (paths relative to the table) that hold rows, and the schema they
+    share (every file's columns, without metadata, plus the run column), or None when none holds a row.
+
+    A part file of no rows (an input that was dead-lettered whole) adds nothing to read, and its columns
+    would not be the run's: it is left out."""
     from deltalake.transaction import AddAction
 
-    actions, schema = [], None
+    actions, schemas = [], []
     for path in relative:
         full = filesystem.join(table, path)
         found = filesystem.match(full)
         if len(found) != 1:
             raise FileNotFoundError(f"{full}: a part file to commit is missing")
         rows, file_schema = parquet_rows_and_schema(full)
-        schema = schema or file_schema.remove_metadata()
+        if not rows:
+            continue
+        schemas.append(file_schema.remove_metadata())
         actions.append(AddAction(path, int(found[0].size_in_bytes), {RUN_COLUMN: run},
                                  int(found[0].last_updated_in_seconds * 1000), True,
                                  json.dumps({"numRecords": rows})))
-    if schema is not None:
-        schema = schema.append(pa.field(RUN_COLUMN, pa.string()))
-    return actions, schema
+    if not schemas:
+        return actions, None
+    return actions, pa.unify_schemas(schemas).append(pa.field(RUN_COLUMN, pa.string()))
+
+
+def table_schema(delta, ours: pa.Schema | None):
+    """The schema to commit with: the table's own when it has every column of ours (the commit changes no
+    metadata, so it conflicts with no concurrent commit of another run), else the table's widened by ours
+    (a metadata change: a concurrent commit retries)."""
+    deltalake = _deltalake()
+    current = delta.schema()
+    if ours is None:
+        return current
+    have = {field.name for field in current.fields}
+    if all(name in have for name in ours.names):
+        return current
+    widened = pa.unify_schemas([pa.schema(current.to_arrow()), ours], promote_options="permissive")
+    return deltalake.Schema.from_arrow(widened)
 
 
 def commit(snapshot: Snapshot, actions: list, schema: pa.Schema | None, record: dict) -> int:
@@ -162,10 +182,10 @@ def commit(snapshot: Snapshot, actions: list, schema: pa.Schema | None, record: 
     a concurrent commit that replaced the same run first makes this one fail (CommitConflict, nothing
     committed); one that touched other runs only does not. Returns the version committed."""
     deltalake = _deltalake()
-    from deltalake.transaction import CommitProperties, create_table_with_add_actions
+    from deltalake.transaction import create_table_with_add_actions
 
-    properties = CommitProperties(custom_metadata={METADATA_KEY: dict(record, run=snapshot.run)})
     delta = snapshot.delta
+    properties = _properties(snapshot, record)
     if delta is None:
         if schema is None:
             raise UsageError(f"{snapshot.table}: no table yet and nothing to create it with")
@@ -182,8 +202,8 @@ def commit(snapshot: Snapshot, actions: list, schema: pa.Schema | None, record: 
             if snapshot.files:
                 raise _conflict(snapshot) from None
             delta = snapshot.delta
-    if schema is None:
-        schema = delta.schema()
+            properties = _properties(snapshot, record)
+    schema = table_schema(delta, schema)
     try:
         delta.create_write_transaction(actions, "overwrite", schema, partition_by=[RUN_COLUMN],
                                        partition_filters=[(RUN_COLUMN, "=", snapshot.run)],
@@ -191,6 +211,19 @@ def commit(snapshot: Snapshot, actions: list, schema: pa.Schema | None, record: 
     except deltalake.exceptions.CommitFailedError as error:
         raise _conflict(snapshot, error) from None
     return _version_of(snapshot, record)
+
+
+def _properties(snapshot: Snapshot, record: dict):
+    """The commit's info (our record), and the run's application transaction: its version one past the one
+    this backfill read. Overwriting an empty partition removes nothing, so two backfills of a new run
+    would not conflict by their files; the same application id in both commits makes Delta's conflict
+    check refuse the second (it does not for commits of other runs, whose ids differ)."""
+    from deltalake.transaction import CommitProperties, Transaction
+
+    app_id = f"{METADATA_KEY}/{partition_folder(snapshot.run)}"
+    read = snapshot.delta.transaction_version(app_id) if snapshot.delta is not None else None
+    return CommitProperties(custom_metadata={METADATA_KEY: dict(record, run=snapshot.run)},
+                            app_transactions=[Transaction(app_id, (read or 0) + 1)])
 
 
 def _version_of(snapshot: Snapshot, record: dict) -> int:
