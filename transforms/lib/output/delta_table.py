@@ -256,3 +256,38 @@ def read_version(table: str, version: int | None = None, storage: dict | None = 
     """The table's rows at `version` (the latest when None), as Arrow."""
     delta = _deltalake().DeltaTable(table, version=version, storage_options=storage)
     return pa.table(delta.to_pyarrow_table())
+
+
+@dataclass(frozen=True)
+class VersionRows:
+    """One run's rows in one version of a table: the part files holding them, and the record of the commit
+    that made them (its options say which semantics labelled them)."""
+    files: tuple[str, ...]
+    record: dict
+
+
+def version_rows(table: str, version: int, run: str | None, storage: dict | None = None) -> VersionRows:
+    """The files and the making commit of `run` (None: the version's only run) in `version` of `table`."""
+    deltalake = _deltalake()
+    try:
+        delta = deltalake.DeltaTable(table, version=version, storage_options=storage)
+    except deltalake.exceptions.TableNotFoundError:
+        raise UsageError(f"{table}: not a Delta table") from None
+    except Exception as error:  # noqa: BLE001 - deltalake's errors for a missing version have no common type
+        raise UsageError(f"{table}@{version}: cannot be read: {str(error).splitlines()[0]}") from None
+    files = pa.table(delta.get_add_actions(flatten=True))
+    runs = sorted(set(files.column(f"partition.{RUN_COLUMN}").to_pylist())) if files.num_rows else []
+    if run is None:
+        if len(runs) != 1:
+            raise UsageError(f"{table}@{version} holds runs {', '.join(runs) or '(none)'}: name one as "
+                             f"delta:{table}@{version}#RUN")
+        run = runs[0]
+    if run not in runs:
+        raise UsageError(f"{table}@{version} holds no run {run!r} (it holds {', '.join(runs) or 'none'})")
+    paths = sorted(p for p, r in zip(files.column("path").to_pylist(),
+                                     files.column(f"partition.{RUN_COLUMN}").to_pylist()) if r == run)
+    for entry in delta.history():
+        record = entry.get(METADATA_KEY)
+        if isinstance(record, dict) and record.get("run") == run and entry.get("version", 0) <= version:
+            return VersionRows(tuple(filesystem.join(table, p) for p in paths), dict(record, version=entry["version"]))
+    raise UsageError(f"{table}@{version}: run {run} was not written by relabel (no options record in its history)")
