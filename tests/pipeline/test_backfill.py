@@ -17,6 +17,7 @@ from rollout_relabel.pipeline.generate import RunSpec, write_parquet_run
 from rollout_relabel.transforms.lib.output import delta_table
 from rollout_relabel.transforms.lib.worker.faults import ENV, FAIL_ENV, PAUSE_ENV
 from tests.conftest import ROOT, run_cli
+from tests.s3server import moto_s3
 
 PART = "part-step-000000-part-01.parquet"
 
@@ -263,3 +264,20 @@ def test_backfill_into_folders(runs, tmp_path):
     for name in ("alpha", "beta", "gamma"):
         assert (out / name / "_manifest.json").exists()
     assert "3 runs, 0 failed" in done.stdout
+
+
+def test_a_backfill_into_a_table_on_an_s3_compatible_server(tmp_path):
+    inputs = tmp_path / "runs"
+    for seed, name in enumerate(("one", "two")):
+        write_parquet_run(RunSpec(steps=1, prompts_per_step=3, seed=60 + seed), inputs / name)
+    with moto_s3() as bucket:
+        table = f"{bucket}/tables/rows"
+        done = run_cli("backfill", "--runs", inputs, "--output", table, "--output-format", "delta")
+        assert "2 runs, 0 failed" in done.stdout
+        storage = delta_table.storage_options(table, {})
+        assert sorted(h["run"] for h in delta_table.history(table, storage)) == ["one", "two"]
+        found = pa.table(DeltaTable(table, storage_options=storage).to_pyarrow_table())
+        for name in ("one", "two"):
+            run_cli("run", "--input", inputs / name, "--output", tmp_path / name)
+            mine = found.filter(pa.compute.equal(found.column("run"), name)).drop_columns(["run"])
+            assert canonical(mine) == folder_rows(tmp_path / name)

@@ -2,63 +2,24 @@
 S3-compatible server (moto's server mode, started here on 127.0.0.1), read back with deltalake."""
 import json
 import os
-import socket
-import subprocess
-import sys
 import threading
-import time
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from apache_beam.options.pipeline_options import PipelineOptions
 from deltalake import DeltaTable
 
 from rollout_relabel.transforms.lib.errors import CommitConflict, UsageError
 from rollout_relabel.transforms.lib.io import filesystem
 from rollout_relabel.transforms.lib.output import delta_table
 from rollout_relabel.transforms.lib.output.output_files import write_parquet_atomically
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
+from tests.s3server import moto_s3
 
 
 @pytest.fixture(scope="module")
-def s3(tmp_path_factory):
-    """moto's S3 server on 127.0.0.1, a bucket in it, and the environment that points boto3 (Beam's S3
-    filesystem) and deltalake at it."""
-    boto3 = pytest.importorskip("boto3")
-    port = _free_port()
-    server = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    endpoint = f"http://127.0.0.1:{port}"
-    env = {"AWS_ENDPOINT_URL": endpoint, "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
-           "AWS_DEFAULT_REGION": "us-east-1", "AWS_REGION": "us-east-1", "AWS_ALLOW_HTTP": "true"}
-    saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    filesystem.use_options(PipelineOptions([]))  # Beam's S3 filesystem: boto3, which reads the environment
-    try:
-        deadline = time.time() + 60
-        while True:
-            try:
-                boto3.client("s3", endpoint_url=endpoint).create_bucket(Bucket="relabel")
-                break
-            except Exception:  # noqa: BLE001 - not listening yet
-                if time.time() > deadline:
-                    raise
-                time.sleep(0.2)
-        yield "s3://relabel"
-    finally:
-        server.terminate()
-        server.wait(timeout=30)
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
+def s3():
+    with moto_s3() as root:
+        yield root
 
 
 def write_part(table: str, run: str, token: str, name: str, values: list[int]) -> str:
