@@ -239,10 +239,13 @@ def _conflict(snapshot: Snapshot, error: Exception | None = None) -> CommitConfl
     latest = open_snapshot(snapshot.table, snapshot.run, snapshot.storage)
     winner = latest.last_commit() or {}
     said = f" ({str(error).splitlines()[0]})" if error else ""
-    return CommitConflict(
-        f"{snapshot.table}: another backfill of run {snapshot.run} committed first (version {winner.get('version')}, "
-        f"fingerprint {winner.get('fingerprint')}) after this one read version {snapshot.version}{said}; nothing of "
-        "this backfill was committed: rerun it to replace that version")
+    if winner and (snapshot.version is None or winner["version"] > snapshot.version):
+        what = (f"another backfill of run {snapshot.run} committed first (version {winner['version']}, "
+                f"fingerprint {winner.get('fingerprint')})")
+    else:  # another run's commit that changed the table's metadata (a wider schema)
+        what = f"a concurrent commit changed the table (now version {latest.version})"
+    return CommitConflict(f"{snapshot.table}: {what} after this one read version {snapshot.version}{said}; "
+                          "nothing of this backfill was committed: rerun it")
 
 
 def history(table: str, storage: dict | None = None) -> list[dict]:
