@@ -281,3 +281,26 @@ def test_a_backfill_into_a_table_on_an_s3_compatible_server(tmp_path):
             run_cli("run", "--input", inputs / name, "--output", tmp_path / name)
             mine = found.filter(pa.compute.equal(found.column("run"), name)).drop_columns(["run"])
             assert canonical(mine) == folder_rows(tmp_path / name)
+
+
+def test_filtered_rows_go_to_their_own_table(runs, tmp_path):
+    table = tmp_path / "table"
+    run_cli("run", "--input", runs / "alpha", "--output", table, "--output-format", "delta", "--drop-uniform-groups")
+    run_cli("run", "--input", runs / "alpha", "--output", tmp_path / "folder", "--drop-uniform-groups")
+    filtered = pa.table(DeltaTable(str(table) + "_filtered").to_pyarrow_table())
+    assert filtered.num_rows > 0 and set(filtered.column("run").to_pylist()) == {"alpha"}
+    assert canonical(filtered.drop_columns(["run"])) == canonical(pq.read_table(tmp_path / "folder" /
+                                                                                "filtered.parquet"))
+    assert rows(table) == folder_rows(tmp_path / "folder")
+    # a backfill without the option replaces the run's filtered rows with none
+    run_cli("run", "--input", runs / "alpha", "--output", table, "--output-format", "delta", "--overwrite")
+    assert pa.table(DeltaTable(str(table) + "_filtered").to_pyarrow_table()).num_rows == 0
+    assert DeltaTable(str(table) + "_filtered").version() == 1
+
+
+def test_backfill_usage():
+    assert "--runs ROOT" in run_cli("backfill", "--help").stdout
+    assert "--runs is required" in run_cli("backfill", "--output", "x", check_codes=(2,)).stderr
+    bad_name = run_cli("run", "--input", "x", "--output", "t", "--output-format", "delta", "--run-name", "a/b",
+                       check_codes=(2,))
+    assert "--run-name 'a/b'" in bad_name.stderr
