@@ -255,12 +255,6 @@ def history(table: str, storage: dict | None = None) -> list[dict]:
             if isinstance(entry.get(METADATA_KEY), dict)]
 
 
-def read_version(table: str, version: int | None = None, storage: dict | None = None) -> pa.Table:
-    """The table's rows at `version` (the latest when None), as Arrow."""
-    delta = _deltalake().DeltaTable(table, version=version, storage_options=storage)
-    return pa.table(delta.to_pyarrow_table())
-
-
 @dataclass(frozen=True)
 class VersionRows:
     """One run's rows in one version of a table: the part files holding them, and the record of the commit
