@@ -304,3 +304,29 @@ def test_backfill_usage():
     bad_name = run_cli("run", "--input", "x", "--output", "t", "--output-format", "delta", "--run-name", "a/b",
                        check_codes=(2,))
     assert "--run-name 'a/b'" in bad_name.stderr
+
+
+def test_a_kill_between_the_commits_is_repaired_by_the_rerun(runs, tmp_path):
+    """The training rows' commit landed, the dead letters' did not: the rerun finds the run complete and
+    commits the records with the same token."""
+    from rollout_relabel.transforms.lib.io.inputs import expand_inputs
+    from rollout_relabel.transforms.lib.output.part_files import batch_inputs
+
+    table = tmp_path / "table"
+    folder = tmp_path / "folder"
+    run_cli("run", "--input", runs / "gamma", "--output", folder, check_codes=(3,))
+    fingerprint = json.loads((folder / "_manifest.json").read_text())["fingerprint"]
+    inputs = batch_inputs([f.record() for f in expand_inputs([str(runs / "gamma")], str(table))])
+    token = delta_table.commit_token(fingerprint, inputs, delta_table.open_snapshot(str(table), "gamma", None))
+    killed = relabel("run", "--input", runs / "gamma", "--output", table, "--output-format", "delta",
+                     env={ENV: f"before-rename:{token}-dead_letters.parquet"})
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
+    assert ours(table)[0]["token"] == token and not (tmp_path / "table_dead_letters" / "_delta_log").exists()
+
+    rerun = run_cli("run", "--input", runs / "gamma", "--output", table, "--output-format", "delta",
+                    check_codes=(3,))
+    assert "already complete" in rerun.stdout and "records tables brought up to it" in rerun.stdout
+    assert DeltaTable(str(table)).version() == 0
+    assert ours(str(table) + "_dead_letters")[0]["token"] == token
+    dead = pa.table(DeltaTable(str(table) + "_dead_letters").to_pyarrow_table()).drop_columns(["run"])
+    assert canonical(dead) == canonical(pq.read_table(folder / "dead_letters.parquet"))
