@@ -28,6 +28,7 @@ from rollout_relabel.transforms.lib.labeling.settings import RunSettings
 from rollout_relabel.transforms.lib.output import delta_table
 from rollout_relabel.transforms.lib.output.output_dir import DEAD_LETTERS_NAME, FILTERED_NAME
 from rollout_relabel.transforms.lib.output.part_files import batch_inputs
+from rollout_relabel.transforms.lib.worker.faults import crash_point
 
 RECORD_FILES = {"dead": DEAD_LETTERS_NAME, "filtered": FILTERED_NAME}
 
@@ -88,6 +89,7 @@ def run_delta(parsed: Parsed, settings: RunSettings, test_pipeline: beam.Pipelin
               "token": token, "counts": manifest["counts"], "records": {
                   kind: manifest[key]["file"] is not None for kind, key in (("dead", "dead_letters"),
                                                                             ("filtered", "filtered"))}}
+    crash_point("before-commit", run)
     version = delta_table.commit(snapshot, actions, schema, record)
     record = dict(record, version=version)
     _commit_records(table, run, storage, record, token, staging)

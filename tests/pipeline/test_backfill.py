@@ -185,6 +185,23 @@ def test_sigkill_mid_backfill_leaves_the_last_version_and_the_rerun_resumes_and_
     assert rows(table) == rows(fresh)
 
 
+def test_a_kill_just_before_the_commit_leaves_the_table_and_the_rerun_commits_once(runs, tmp_path):
+    table = tmp_path / "table"
+    run_cli("run", "--input", runs / "beta", "--output", table, "--output-format", "delta")
+    args = ("run", "--input", runs / "beta", "--output", table, "--output-format", "delta", "--estimator", "rloo",
+            "--overwrite")
+    killed = relabel(*args, env={ENV: "before-commit:beta"})
+    assert killed.returncode == -signal.SIGKILL
+    assert DeltaTable(str(table)).version() == 0 and ours(table)[0]["options"]["estimator"] == "grpo"
+    staged = sorted((table / "run=beta").glob("c-*/part-*.parquet"))
+    mtimes = {p: p.stat().st_mtime_ns for p in staged if p.parent.name != ours(table)[0]["token"]}
+    assert len(mtimes) == 4  # every part file was written
+    rerun = relabel(*args)
+    assert rerun.returncode == 0, rerun.stderr[-2000:]
+    assert [h["version"] for h in ours(table)] == [1, 0]
+    assert {p: p.stat().st_mtime_ns for p in mtimes} == mtimes  # none redone
+
+
 def test_a_failed_backfill_commits_nothing(runs, tmp_path):
     table = tmp_path / "table"
     run_cli("run", "--input", runs / "alpha", "--output", table, "--output-format", "delta")
@@ -197,7 +214,7 @@ def test_a_failed_backfill_commits_nothing(runs, tmp_path):
 def test_two_backfills_of_one_run_one_wins_the_other_exits_2_naming_the_conflict(runs, tmp_path):
     table = tmp_path / "table"
     run_cli("run", "--input", runs / "beta", "--output", table, "--output-format", "delta")
-    pause = {PAUSE_ENV: f"after-rename:{PART}:3"}  # both read version 0 before either commits
+    pause = {PAUSE_ENV: "before-commit:alpha:8"}  # both read version 0 before either commits
     first, second = (relabel("run", "--input", runs / "alpha", "--output", table, "--output-format", "delta",
                              "--estimator", estimator, env=pause, background=True) for estimator in ("grpo", "rloo"))
     results = [(p.wait(timeout=300), p.communicate()) for p in (first, second)]
@@ -211,9 +228,8 @@ def test_two_backfills_of_one_run_one_wins_the_other_exits_2_naming_the_conflict
 def test_two_backfills_of_different_runs_both_land(runs, tmp_path):
     table = tmp_path / "table"
     run_cli("run", "--input", runs / "gamma", "--output", table, "--output-format", "delta", check_codes=(3,))
-    pause = {PAUSE_ENV: f"after-rename:{PART}:3"}
-    procs = [relabel("run", "--input", runs / name, "--output", table, "--output-format", "delta", env=pause,
-                     background=True) for name in ("alpha", "beta")]
+    procs = [relabel("run", "--input", runs / name, "--output", table, "--output-format", "delta",
+                     env={PAUSE_ENV: f"before-commit:{name}:8"}, background=True) for name in ("alpha", "beta")]
     for proc in procs:
         assert proc.wait(timeout=300) == 0, proc.communicate()
     assert sorted(h["run"] for h in ours(table)) == ["alpha", "beta", "gamma"]
