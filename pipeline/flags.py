@@ -162,14 +162,16 @@ def run_parser() -> Parser:
     return parser
 
 
-def add_table_output(parser: Parser) -> None:
-    """--output-format and what a Delta table output takes (docs/backfills.md)."""
+def add_table_output(parser: Parser, run_name: bool = True) -> None:
+    """--output-format and what a Delta table output takes (docs/backfills.md); a backfill names each run
+    after its folder (no --run-name)."""
     group = parser.group("table output")
     group.add_argument("--output-format", dest="output_format", choices=("parquet", "delta"), default="parquet",
                        help="parquet: a folder of part files and _manifest.json (default); delta: --output is a "
                             "Delta table, each run published by one commit")
-    group.add_argument("--run-name", dest="run_name", metavar="NAME",
-                       help="delta: the run partition the rows go to (default: the input folder's name)")
+    if run_name:
+        group.add_argument("--run-name", dest="run_name", metavar="NAME",
+                           help="delta: the run partition the rows go to (default: the input folder's name)")
     group.add_argument("--storage-option", dest="storage_options", action="append", metavar="KEY=VALUE",
                        help="delta: a deltalake storage option for the table's store, e.g. "
                             "AWS_ENDPOINT_URL=http://host:9000 (repeatable)")
@@ -182,7 +184,7 @@ def backfill_parser() -> Parser:
     group.add_argument("--runs", metavar="ROOT", help="a folder holding one folder of rollouts per run")
     group.add_argument("--output", help="delta: the table every run goes to (its run partition); parquet: a "
                                         "folder holding one output folder per run")
-    add_table_output(parser)
+    add_table_output(parser, run_name=False)
     add_labeling(parser)
     _add_running(parser, "run")
     return parser
