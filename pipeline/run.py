@@ -130,7 +130,7 @@ def _relabel(parsed: Parsed, settings: RunSettings, files, runner_check: RunnerC
         _check_partial_output(output, files, settings)
 
     labeling = settings.labeling
-    footers = read_footers(files, step=labeling.step_column())
+    footers = read_footers(files, step=labeling.step_column(), max_bytes=settings.max_file_bytes)
     one_pass, shared = groups = group_by_batch_sharing(files, footers=footers, batch_from=labeling.batch_from)
     if settings.local_threads:
         group_bytes = [sum(footers[f.path].decoded_bytes for f in group) for group in one_pass]

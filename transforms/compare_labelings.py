@@ -15,10 +15,10 @@ from apache_beam import pvalue
 
 from rollout_relabel.transforms.dofns import CoreDoFn
 from rollout_relabel.transforms.lib.compare.batches import compare_batch
-from rollout_relabel.transforms.lib.errors import BadFile
 from rollout_relabel.transforms.lib.io.readers import read_table
+from rollout_relabel.transforms.lib.labeling.file_group import Buckets, Unreadable, read_slim
 from rollout_relabel.transforms.lib.labeling.settings import CompareSettings
-from rollout_relabel.transforms.lib.labeling.slim import extract_slim, slim_input_columns
+from rollout_relabel.transforms.lib.labeling.slim import slim_input_columns
 from rollout_relabel.transforms.lib.output import output_files
 from rollout_relabel.transforms.lib.output.records import BATCHES, FILES, GROUPS, POINTS
 from rollout_relabel.transforms.metrics import counter
@@ -37,29 +37,22 @@ class CompareFileGroupFn(CoreDoFn):
     def process(self, group):
         settings = self._settings
         reward = settings.reward_fields()
+        columns = slim_input_columns(reward)
         names = {r["path"]: r["name"] for r in group}
-        batches: dict[str, list] = {}
-        sizes: dict[str, list | None] = {}
+        buckets = Buckets()
         rows_read = 0
-        for record in group:
-            source = record["path"]
-            try:
-                table, metadata = read_table(source, columns=slim_input_columns(reward))
-                parts = extract_slim(table, source, reward)
-            except BadFile as bad:  # counted in the report under both labelings
-                yield pvalue.TaggedOutput(FILES, {"name": record["name"], "rows": 0, "reason": bad.reason,
-                                                  "message": bad.message})
+        for item in read_slim(group, lambda record: read_table(record["path"], columns=columns), reward):
+            if isinstance(item, Unreadable):  # counted in the report under both labelings
+                yield pvalue.TaggedOutput(FILES, {"name": item.record["name"], "rows": 0, "reason": item.reason,
+                                                  "message": item.message})
                 continue
-            rows_read += table.num_rows
-            counter("rows_in").inc(table.num_rows)
-            yield pvalue.TaggedOutput(FILES, {"name": record["name"], "rows": table.num_rows, "reason": None,
-                                              "message": None})
-            for batch_key, slim in parts:
-                batches.setdefault(batch_key, []).append((source, slim))
-                sizes[batch_key] = metadata["prompt_group_sizes"]
-        for batch_key in sorted(batches):
-            result = compare_batch(batch_key, batches[batch_key], sizes[batch_key], settings.a, settings.b, names,
-                                   self.device)
+            rows_read += item.table.num_rows
+            counter("rows_in").inc(item.table.num_rows)
+            yield pvalue.TaggedOutput(FILES, {"name": item.record["name"], "rows": item.table.num_rows,
+                                              "reason": None, "message": None})
+            buckets.add(item)
+        for batch_key, parts, sizes in buckets.in_order():
+            result = compare_batch(batch_key, parts, sizes, settings.a, settings.b, names, self.device)
             yield result.record
             for listed in result.groups:
                 yield pvalue.TaggedOutput(GROUPS, listed)

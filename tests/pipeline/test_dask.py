@@ -1,6 +1,6 @@
 """relabel run and relabel compare on Beam's Dask runner, against a real distributed.LocalCluster (two
 worker processes, nothing shared with this process but the filesystem): every output byte-identical to
-the in-process run, a worker that dies mid-run, and the runner translation faults pipeline/dask_runner.py
+the in-process run, a worker that dies mid-run, and the runner translation faults pipeline/beam_internals/dask.py
 works around."""
 import json
 import os
