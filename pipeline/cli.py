@@ -1,4 +1,4 @@
-"""`relabel`: run | watch | compare | export | demo | schema (also `python -m rollout_relabel`).
+"""`relabel`: run | watch | compare | export | demo | schema | backfill (also `python -m rollout_relabel`).
 
 The process edge (at_the_edge), one for every command: exit codes come from ExitCode and the error
 types in transforms/lib/errors.py; each failure is one line on stderr, without a traceback.
@@ -26,6 +26,7 @@ COMMANDS = {
     "export": "write training rows as slime / miles rollout dumps (one <rollout_id>.pt a batch)",
     "demo": "generate a small realistic rollout set and relabel it",
     "schema": "print the input, training-row and dead-letter schemas",
+    "backfill": "relabel every run folder under a root, one commit (Delta) or folder per run",
 }
 
 
@@ -52,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
         logging.getLogger("apache_beam").setLevel(logging.CRITICAL)
     argv = list(sys.argv[1:] if argv is None else argv)
     command, rest = (argv[0], argv[1:]) if argv and argv[0] in COMMANDS else (None, argv)
-    if command in ("run", "watch", "compare"):
+    if command in ("run", "watch", "compare", "backfill"):
         return pipeline_command(command, rest)
     if command == "export":
         return export_command(rest)
@@ -129,6 +130,8 @@ def _run_pipeline_command(command: str, argv: list[str]) -> int:
         from rollout_relabel.pipeline.run import run as run_command
     elif command == "watch":
         from rollout_relabel.pipeline.watch import run_watch as run_command
+    elif command == "backfill":
+        from rollout_relabel.pipeline.backfill import backfill as run_command
     else:
         from rollout_relabel.pipeline.compare import compare as run_command
     settle_heap()

@@ -113,7 +113,7 @@ class DaskRunner(beam_dask.DaskRunner):
         bag_kwargs = DaskOptions._extract_bag_kwargs(dask_options)
         cluster = None
         if not dask_options.get("address") and not dask_options.get("scheduler_file"):
-            cluster = ddist.LocalCluster(processes=True, dashboard_address=None)
+            cluster = ddist.LocalCluster(processes=True, host="127.0.0.1", dashboard_address=None)  # loopback only
             dask_options["address"] = cluster
         client = ddist.Client(**dask_options)
         try:

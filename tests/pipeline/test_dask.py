@@ -26,7 +26,8 @@ COMPARE = ("--a", "legacy-reshape", "--b", "rollout-mainstream")
 
 def local_cluster(**kwargs):
     """Two single-threaded worker processes; the scheduler runs in this process, the work never does."""
-    return distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None,
+    return distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
+                                    dashboard_address=None,
                                     **kwargs)
 
 
