@@ -2,11 +2,11 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field, fields
 
 SEMANTICS = ("legacy-reshape", "group-index", "rollout-mainstream", "rollout-shared")
 SEMANTICS_VERSION = {name: 1 for name in SEMANTICS}
-# Version 2 of the contract (SEMANTICS.md, "Estimators from the wider field"): a run that uses any of its
+# Version 2 of the contract (docs/estimators.md): a run that uses any of its
 # estimators or options records this version; every other run keeps its semantics' version (and fingerprint).
 CONTRACT_V2 = 2
 # Version 3 of the contract (docs/semantics.md): grpo_loo, remax per unit (its outputs changed), and
@@ -29,30 +29,46 @@ BATCH_LEVEL_ESTIMATORS = (GPG, GDPO)  # a batch-level step: they need a whole ba
 SINGLETON_RULES = ("zero", "raw")     # one-unit groups: advantage 0, or mean 0 / std 1 (verl)
 STALE_ROWS = ("baseline-only", "drop")  # stale units: in their group's statistics, or removed before them
 ZERO_MASK_UNITS = ("baseline", "exclude")  # units with no trainable token: in the statistics, or left out
+# the estimators that normalize rewards within groups (any other accepted name passes the reward through)
+NORMALIZING_ESTIMATORS = STD_ESTIMATORS + CENTRE_ONLY_ESTIMATORS + (RLOO,) + WIDER_FIELD_ESTIMATORS + (GRPO_LOO,)
 STD_EPS = 1e-6
 WHITEN_EPS = 1e-8                     # verl's masked_whiten / masked_mean
+
+
+def since(version: int, values: tuple | None = None) -> dict:
+    """Field metadata: the option belongs to this version of the contract. In use (so the run records that
+    version) when it is not its default, or, with `values`, when it is one of them."""
+    return {"contract_version": version, "values": values}
 
 
 @dataclass(frozen=True)
 class CoreConfig:
     semantics: str = "rollout-mainstream"
-    estimator: str = "grpo"
+    estimator: str = field(default="grpo", metadata=dict(since(CONTRACT_V2, WIDER_FIELD_ESTIMATORS),
+                                                          later={CONTRACT_V3: (GRPO_LOO, REMAX)}))
     std_normalization: bool = True
     rewards_normalization: bool = True
     mainstream: str | None = None  # None: the semantics' default
     n_samples_per_prompt: int | None = None
     rollout_batch_size: int | None = None
     # version 2 of the contract; each default leaves the run as it was (and out of its record)
-    singleton_groups: str = "zero"
-    reward_keys: tuple[str, ...] | None = None      # the reward is a struct/map: these numeric fields
-    reward_weights: tuple[float, ...] | None = None  # None: all 1
+    singleton_groups: str = field(default="zero", metadata=since(CONTRACT_V2))
+    # the reward is a struct/map: these numeric fields
+    reward_keys: tuple[str, ...] | None = field(default=None, metadata=since(CONTRACT_V2))
+    reward_weights: tuple[float, ...] | None = field(default=None, metadata=since(CONTRACT_V2))  # None: all 1
     # version 3 of the contract (off-policy preprocessing); each default leaves the run as it was
-    max_staleness: int | None = None     # a unit older than current - K versions is stale (needs row versions)
-    current_version: int | None = None   # None: the largest row version of the batch
-    stale_rows: str = "baseline-only"    # stale units: kept in the statistics (not written), or dropped first
-    zero_mask_units: str = "baseline"    # "exclude": a unit with no trainable token is out of the statistics
-    keep_band: str | None = None         # "LO:HI": groups whose mean metric lies outside are filtered
-    uniform_tolerance: float = 0.0       # a group is uniform when max - min of its unit values <= this
+    # a unit older than current - K versions is stale (needs row versions)
+    max_staleness: int | None = field(default=None, metadata=since(CONTRACT_V3))
+    # None: the largest row version of the batch
+    current_version: int | None = field(default=None, metadata=since(CONTRACT_V3))
+    # stale units: kept in the statistics (not written), or dropped first
+    stale_rows: str = field(default="baseline-only", metadata=since(CONTRACT_V3))
+    # "exclude": a unit with no trainable token is out of the statistics
+    zero_mask_units: str = field(default="baseline", metadata=since(CONTRACT_V3))
+    # "LO:HI": groups whose mean metric lies outside are filtered
+    keep_band: str | None = field(default=None, metadata=since(CONTRACT_V3))
+    # a group is uniform when max - min of its unit values <= this
+    uniform_tolerance: float = field(default=0.0, metadata=since(CONTRACT_V3))
 
     def __post_init__(self):
         if self.semantics not in SEMANTICS:
@@ -138,7 +154,7 @@ class CoreConfig:
 
     @property
     def normalizes(self) -> bool:
-        return self.rewards_normalization and self.estimator not in PASS_THROUGH_ESTIMATORS
+        return self.rewards_normalization and self.estimator in NORMALIZING_ESTIMATORS
 
     @property
     def divides_by_std(self) -> bool:
@@ -172,8 +188,7 @@ class CoreConfig:
     @property
     def uses_contract_v3(self) -> bool:
         """grpo_loo, remax (per unit since version 3), or any off-policy option."""
-        return (self.estimator in (GRPO_LOO, REMAX) or self.max_staleness is not None
-                or self.zero_mask_units != "baseline" or self.keep_band is not None or self.uniform_tolerance != 0)
+        return CONTRACT_V3 in self.contract_versions_in_use()
 
     @property
     def raw_singletons(self) -> bool:
@@ -187,17 +202,28 @@ class CoreConfig:
             return None
         return self.reward_weights if self.reward_weights is not None else (1.0,) * len(self.reward_keys)
 
+    def contract_versions_in_use(self) -> set[int]:
+        """The contract versions of the options in use, from each field's metadata (`since`)."""
+        used = set()
+        for f in fields(self):
+            if "contract_version" not in f.metadata:
+                continue
+            value, values = getattr(self, f.name), f.metadata["values"]
+            if (value in values) if values is not None else (value != f.default):
+                used.add(f.metadata["contract_version"])
+            # values that a later version added or changed (remax per unit since version 3)
+            used.update(version for version, later in f.metadata.get("later", {}).items() if value in later)
+        return used
+
     @property
     def uses_contract_v2(self) -> bool:
         """Any estimator or option of version 2 of the contract is in use."""
-        return (self.estimator in WIDER_FIELD_ESTIMATORS or self.singleton_groups != "zero"
-                or self.reward_keys is not None or self.reward_weights is not None)
+        return CONTRACT_V2 in self.contract_versions_in_use()
 
     @property
     def version(self) -> int:
-        if self.uses_contract_v3:
-            return CONTRACT_V3
-        return CONTRACT_V2 if self.uses_contract_v2 else SEMANTICS_VERSION[self.semantics]
+        """The version a run records: its semantics', or the newest of the contract's options it uses."""
+        return max({SEMANTICS_VERSION[self.semantics], *self.contract_versions_in_use()})
 
 
 def _band_text(text) -> str:

@@ -14,7 +14,6 @@ import hashlib
 import json
 from dataclasses import dataclass, field
 
-from rollout_relabel import schemas
 from rollout_relabel.transforms.core.config import REMAX, CoreConfig
 
 PROJECT = "rollout-relabel"
@@ -28,21 +27,6 @@ def project_version() -> str:
         return version(PROJECT)
     except PackageNotFoundError:
         return "0+unknown"
-
-
-@dataclass(frozen=True)
-class RewardFields:
-    """Where a row's reward value (and remax's baseline) is read from: what slim extraction needs."""
-    key: str | None = None                       # --reward-key
-    keys: tuple[str, ...] | None = None          # --reward-keys: the value is the weighted sum of these
-    weights: tuple[float, ...] | None = None     # one per key (all 1 when not given)
-    baseline_column: str | None = None           # --baseline-column: a column or a dotted path into one
-    columns: tuple[str, ...] | None = None       # --column NAME=SOURCE: where each interpreted column is read
-    batch_from: str = "column"                   # --batch-from: the step column, the file or its folder
-    group_key: str | None = None                 # --group-key: a group key derived from part of group_index
-    stored_advantage: str | None = None          # compare --a column:NAME: the advantage the input stores
-    version_column: str | None = None            # --version-column, read only under --max-staleness
-    metric_column: str | None = None             # --filter-metric: the column --keep-band averages
 
 
 # What --column may name (NAME=SOURCE): the interpreted input columns
@@ -123,11 +107,6 @@ class Labeling:
         """Some rows may go to filtered.parquet: --drop-uniform-groups, staleness or a band."""
         return self.drop_uniform_groups or self.core.filters
 
-    def reward_fields(self) -> RewardFields:
-        return RewardFields(self.reward_key, self.core.reward_keys, self.core.weights, self.baseline_column,
-                            self.columns, self.batch_from, self.group_key,
-                            version_column=self.read_version_column(), metric_column=self.filter_metric)
-
     def read_version_column(self) -> str | None:
         """The version column when it is read: only under --max-staleness (a preset naming one changes
         nothing otherwise)."""
@@ -207,6 +186,7 @@ class RunSettings:
 
     def fingerprint(self) -> str:
         """Identifies the options that change output bytes (not device, not runner)."""
+        from rollout_relabel import schemas  # pyarrow: here, so the reward hooks can build a Labeling without it
         record = dict(self.semantics_record(), schema_version=schemas.SCHEMA_VERSION)
         return hashlib.sha256(json.dumps(record, sort_keys=True).encode()).hexdigest()[:16]
 
@@ -252,11 +232,19 @@ class CompareSettings:
         """The input column that holds the step, as the plan reads it from footers."""
         return self.a.labeling.step_column()
 
-    def reward_fields(self) -> RewardFields:
-        """Read once for both sides: the reward options are the run's, not a side's (both sides carry them)."""
-        version = self.a.labeling.read_version_column() or self.b.labeling.read_version_column()
-        return dataclasses.replace(self.a.labeling.reward_fields(), key=self.reward_key,
-                                   stored_advantage=self.a.stored_column, version_column=version)
+    def read_labeling(self) -> Labeling:
+        """What slim extraction reads, once for both sides: the reward options are the run's, not a side's
+        (both sides carry them); the reward key is the command's. With `stored_column()`, the input's
+        own advantage column when side A is `column:NAME`."""
+        labeling = dataclasses.replace(self.a.labeling, reward_key=self.reward_key)
+        if labeling.read_version_column() is None and self.b.labeling.read_version_column() is not None:
+            # the version column is run-wide, --max-staleness a side's: read the versions side B needs
+            core = dataclasses.replace(labeling.core, max_staleness=self.b.labeling.core.max_staleness)
+            labeling = dataclasses.replace(labeling, core=core)
+        return labeling
+
+    def stored_column(self) -> str | None:
+        return self.a.stored_column
 
 
 @dataclass(frozen=True)
