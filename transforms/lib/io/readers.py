@@ -7,14 +7,13 @@ from __future__ import annotations
 
 import io
 import os
-import pickle
 import stat
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from rollout_relabel.transforms.lib.errors import BadFile, InputChanged
-from rollout_relabel.transforms.lib.io import filesystem
+from rollout_relabel.transforms.lib.io import filesystem, safe_pickle
 from rollout_relabel.transforms.lib.io.dump_samples import samples_to_table
 from rollout_relabel.transforms.lib.io.jsonl import read_jsonl
 from rollout_relabel.transforms.lib.labeling.settings import DEFAULT_MAX_FILE_BYTES
@@ -90,10 +89,7 @@ def read_table(path: str, columns=None, use_threads: bool = True) -> tuple[pa.Ta
     metadata: {"step": int | None, "prompt_group_sizes": list[int] | None}
     """
     if file_format(path) == "pt":
-        raw = _read_bytes(path)
-        if not raw:
-            raise BadFile("empty-file", f"{path}: file is empty (0 bytes)")
-        return _read_pt(path, raw, columns)
+        return _read_pt(path, columns)
     if file_format(path) == "jsonl":
         return read_jsonl(path, _read_bytes(path), columns), {"step": None, "prompt_group_sizes": None}
     return _read_parquet(path, columns, use_threads), {"step": None, "prompt_group_sizes": None}
@@ -133,22 +129,20 @@ def _read_parquet(path, columns, use_threads=True):
             raise BadFile("unreadable-file", f"{path}: not a readable Parquet file: {error}") from error
 
 
-def _read_pt(path, raw, columns):
-    import torch  # heavy import, only for .pt inputs
-
+def _read_pt(path, columns):
+    """A local dump is read through a memory map, a store's object as its bytes (safe_pickle.load)."""
+    raw = None if "://" not in path else _read_bytes(path)
+    if (raw is not None and not raw) or (raw is None and _local_size(path) == 0):
+        raise BadFile("empty-file", f"{path}: file is empty (0 bytes)")
     try:
-        dump = torch.load(io.BytesIO(raw), map_location="cpu", weights_only=True)
-    except pickle.UnpicklingError as error:
-        if _looks_like(raw):
-            raise BadFile("unreadable-file", f"{path}: {_looks_like(raw)}, not a .pt dump") from error
-        if "weights_only" in str(error).lower() or "unsupported global" in str(error).lower():
-            raise BadFile("unsafe-pickle",
-                          f"{path}: refused: the dump needs arbitrary unpickling, which could run code "
-                          f"({str(error).splitlines()[0]})") from error
-        raise BadFile("unreadable-file", f"{path}: corrupt or truncated .pt: {error}") from error
-    except Exception as error:  # noqa: BLE001
-        if _looks_like(raw):
-            raise BadFile("unreadable-file", f"{path}: {_looks_like(raw)}, not a .pt dump") from error
+        dump = safe_pickle.load(path=path if raw is None else None, data=raw)
+    except (safe_pickle.UnsafePickle, safe_pickle.UnreadableDump) as error:
+        looks_like = _looks_like(*_ends(path, raw))
+        if looks_like:
+            raise BadFile("unreadable-file", f"{path}: {looks_like}, not a .pt dump") from error
+        if isinstance(error, safe_pickle.UnsafePickle):
+            raise BadFile("unsafe-pickle", f"{path}: refused: the dump needs arbitrary unpickling, which could "
+                                           f"run code ({error})") from error
         raise BadFile("unreadable-file", f"{path}: corrupt or truncated .pt: {error}") from error
     if not isinstance(dump, dict) or not isinstance(dump.get("samples"), list):
         raise BadFile("unreadable-file", f"{path}: not a rollout dump (expected a dict with a 'samples' list)")
@@ -176,12 +170,32 @@ def _read_pt(path, raw, columns):
     }
 
 
-def _looks_like(raw: bytes) -> str | None:
+def _local_size(path: str) -> int:
+    try:
+        return os.stat(path).st_size
+    except OSError as error:
+        raise BadFile("unreadable-file", f"{path}: cannot be read: {error}") from error
+
+
+def _ends(path: str, raw: bytes | None) -> tuple[bytes, bytes]:
+    """The first 4 KiB and the last 4 bytes of a file that failed to load (only read then)."""
+    if raw is not None:
+        return raw[:4096], raw[-4:]
+    try:
+        with open(path, "rb") as handle:
+            head = handle.read(4096)
+            handle.seek(max(0, handle.seek(0, io.SEEK_END) - 4))
+            return head, handle.read(4)
+    except OSError:
+        return b"", b""
+
+
+def _looks_like(head: bytes, tail: bytes) -> str | None:
     """What a file named .pt really is, when it is something we can name."""
-    if raw[:4] == b"PAR1" and raw[-4:] == b"PAR1":
+    if head[:4] == b"PAR1" and tail == b"PAR1":
         return "a Parquet file (name it .parquet)"
     try:
-        raw[:4096].decode("utf-8")
+        head.decode("utf-8")
     except UnicodeDecodeError:
         return None
     return "a text file"

@@ -181,13 +181,11 @@ _TORCH = None  # torch and the loading classes, made on the first .pt dump (torc
 def _torch():
     global _TORCH
     if _TORCH is None:
-        import importlib
-
         import torch
+        from torch._utils import _rebuild_tensor_v2
         from torch.serialization import StorageType
 
-        rebuild = getattr(importlib.import_module("torch._utils"), "_rebuild_tensor_v2")
-        _TORCH = (torch, rebuild, StorageType, _frozen(torch.Tensor), _frozen(torch.storage.TypedStorage))
+        _TORCH = (torch, _rebuild_tensor_v2, StorageType, _frozen(torch.Tensor), _frozen(torch.storage.TypedStorage))
     return _TORCH
 
 
