@@ -62,8 +62,10 @@ class UnreadableDump(Exception):
     """The file is not a readable torch dump (not a zip/pickle, truncated, a bad record)."""
 
 
-class _Fallback(Exception):
-    """The fast path cannot vouch for this file; the reference loader decides."""
+class Declined(Exception):
+    """The fast path cannot vouch for this file (it never refuses one itself); the reference decides."""
+
+
 
 
 def load(path: str | None = None, data: bytes | None = None):
@@ -73,10 +75,8 @@ def load(path: str | None = None, data: bytes | None = None):
     (a remote store's object). Raises UnsafePickle or UnreadableDump.
     """
     try:
-        return _fast_load(path, data)
-    except _Fallback:
-        pass
-    except Exception:  # noqa: BLE001 - any surprise on the fast path: the reference decides, exactly
+        return fast_load(path, data)
+    except Declined:
         pass
     return reference_load(path if data is None else io.BytesIO(data))
 
@@ -97,18 +97,28 @@ def reference_load(source):
 # --------------------------------------------------------------------------- the fast path
 
 
+def fast_load(path: str | None = None, data: bytes | None = None):
+    """The fast path alone: what the reference gives, or Declined (never a refusal of its own)."""
+    try:
+        return _fast_load(path, data)
+    except Declined:
+        raise
+    except Exception as error:  # noqa: BLE001 - any surprise on the fast path: the reference decides, exactly
+        raise Declined(f"{type(error).__name__}: {error}") from error
+
+
 def _fast_load(path, data):
     with ExitStack() as stack:
         if data is None:
             handle = stack.enter_context(open(path, "rb"))
             if os.fstat(handle.fileno()).st_size == 0:
-                raise _Fallback
+                raise Declined
             buffer = stack.enter_context(mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ))
             directory = handle
         else:
             buffer, directory = data, io.BytesIO(data)
         if buffer[:4] != _LOCAL_SIGNATURE:  # torch's own test for its zip format; else the legacy format
-            raise _Fallback
+            raise Declined
         archive = _Archive(memoryview(buffer), stack.enter_context(zipfile.ZipFile(directory)))
         stack.callback(archive.close)  # runs before the memory map closes
         loader = _Unpickler(archive)
@@ -127,19 +137,19 @@ class _Archive:
             infos = archive.infolist()
             names = [info.filename for info in infos]
             if not infos or len(set(names)) != len(names):
-                raise _Fallback
+                raise Declined
             # torch's reader takes the folder of the first record as the archive's name
             self.prefix = names[0].split("/", 1)[0] + "/"
             self.infos = {name: info for name, info in zip(names, infos)}
             if (self.prefix + "constants.pkl") in self.infos:  # TorchScript: the reference refuses it
-                raise _Fallback
+                raise Declined
             if self.record("byteorder").tobytes() != sys.byteorder.encode() or sys.byteorder != "little":
-                raise _Fallback
+                raise Declined
             if self.record("version").tobytes() not in (b"3\n", b"3"):  # what torch 2.x writes
-                raise _Fallback
+                raise Declined
             pickled = self.record("data.pkl")
             if pickled[:2] != PROTOCOL_2:
-                raise _Fallback
+                raise Declined
             self.pickled = pickled
         except BaseException:
             self.close()  # the views go before the memory map closes, also when the fast path gives up here
@@ -148,16 +158,16 @@ class _Archive:
     def record(self, name: str) -> memoryview:
         info = self.infos.get(self.prefix + name)
         if info is None or info.compress_type != zipfile.ZIP_STORED or info.flag_bits & 0x1:
-            raise _Fallback
+            raise Declined
         start = info.header_offset
         signature, name_length, extra_length = _LOCAL_HEADER.unpack_from(self.view, start)
         if signature != _LOCAL_SIGNATURE:
-            raise _Fallback
+            raise Declined
         start += _LOCAL_HEADER.size + name_length + extra_length
         record = self.view[start:start + info.file_size]
         self.views.append(record)
         if len(record) != info.file_size or zlib.crc32(record) != info.CRC:
-            raise _Fallback
+            raise Declined
         return record
 
     def close(self):
@@ -168,7 +178,7 @@ class _Archive:
 def _frozen(base):
     """A subclass of `base` whose instances refuse what the reference refuses on them mid-load."""
     def refuse(self, *args, **kwargs):
-        raise _Fallback
+        raise Declined
 
     return type(f"_Loading{base.__name__}", (base,), {
         "__slots__": (), "__setitem__": refuse, "__setstate__": refuse, "append": refuse, "extend": refuse,
@@ -210,8 +220,8 @@ class _Unpickler(pickle.Unpickler):
             try:
                 return self.storage_type(name)  # what the reference gives for torch.<Dtype>Storage
             except KeyError:
-                raise _Fallback from None
-        raise _Fallback
+                raise Declined from None
+        raise Declined
 
     def hook_dict(self, *args):
         made = OrderedDict(*args)
@@ -220,16 +230,16 @@ class _Unpickler(pickle.Unpickler):
 
     def persistent_load(self, pid):
         if type(pid) is not tuple or len(pid) != 5 or pid[0] not in ("storage", b"storage"):
-            raise _Fallback
+            raise Declined
         _, storage_type, key, _location, numel = pid  # map_location="cpu": the location is not used
         if type(storage_type) is not self.storage_type or type(key) is not str or type(numel) is not int:
-            raise _Fallback
+            raise Declined
         if key in self.storages:
             return self.storages[key]
         dtype = storage_type.dtype
         record = self.archive.record(f"data/{key}")
         if numel < 0 or len(record) != numel * dtype.itemsize:
-            raise _Fallback
+            raise Declined
         raw = (self.torch.UntypedStorage.from_buffer(record, dtype=self.torch.uint8) if len(record)
                else self.torch.UntypedStorage(0))
         storage = self.torch.storage.TypedStorage(wrap_storage=raw, dtype=dtype, _internal=True)
@@ -242,7 +252,7 @@ class _Unpickler(pickle.Unpickler):
     def rebuild_tensor(self, storage, storage_offset, size, stride, requires_grad, backward_hooks, *metadata):
         if (type(storage) is not self.loading_storage or requires_grad is not False or metadata
                 or type(backward_hooks) is not OrderedDict or backward_hooks or vars(backward_hooks)):
-            raise _Fallback
+            raise Declined
         storage.__class__ = self.torch.storage.TypedStorage
         try:
             tensor = self.rebuild(storage, storage_offset, size, stride, requires_grad, backward_hooks)
@@ -255,7 +265,7 @@ class _Unpickler(pickle.Unpickler):
     def finish(self):
         """What was made while loading becomes what the reference gives, now that no opcode can reach it."""
         if any(hooks or vars(hooks) for hooks in self.hook_dicts):
-            raise _Fallback  # an OrderedDict given items or state: left to the reference
+            raise Declined  # an OrderedDict given items or state: left to the reference
         for made in self.made:
             made.__class__ = (self.torch.Tensor if type(made) is self.loading_tensor
                               else self.torch.storage.TypedStorage)
