@@ -33,7 +33,8 @@ class CoreDoFn(beam.DoFn):
 def read_planned(record: dict, settings: RunSettings, columns=None):
     """An input's rows, as the plan listed it (readers.read_input); a changed input stops the run."""
     try:
-        return read_input(record, columns, settings.max_file_bytes, use_threads=settings.parallel_decode)
+        return read_input(record, columns, settings.max_file_bytes, use_threads=settings.parallel_decode,
+                          processes=settings.pt_processes)
     except InputChanged as changed:
         raise stop_run(settings.output, changed) from None
 
