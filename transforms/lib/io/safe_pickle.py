@@ -205,7 +205,6 @@ class _Unpickler(pickle.Unpickler):
     def __init__(self, archive: _Archive):
         super().__init__(_BufferFile(archive.pickled), encoding="utf-8")  # the reference's encoding
         self.archive = archive
-        self.torch, self.rebuild, self.storage_type, self.loading_tensor, self.loading_storage = _torch()
         self.storages: dict = {}
         self.made: list = []       # storages and tensors, of the loading classes until finish()
         self.hook_dicts: list = []
@@ -215,13 +214,19 @@ class _Unpickler(pickle.Unpickler):
         if module == "collections" and name == "OrderedDict":
             return self.hook_dict
         if module == "torch._utils" and name == "_rebuild_tensor_v2":
+            self.import_torch()
             return self.rebuild_tensor
         if module == "torch" and name.endswith("Storage") and name not in ("TypedStorage", "UntypedStorage"):
+            self.import_torch()
             try:
                 return self.storage_type(name)  # what the reference gives for torch.<Dtype>Storage
             except KeyError:
                 raise Declined from None
         raise Declined
+
+    def import_torch(self):
+        """torch (a heavy import) only for a dump that names it: a slime dump holds no tensor."""
+        self.torch, self.rebuild, self.storage_type, self.loading_tensor, self.loading_storage = _torch()
 
     def hook_dict(self, *args):
         made = OrderedDict(*args)
@@ -230,6 +235,8 @@ class _Unpickler(pickle.Unpickler):
 
     def persistent_load(self, pid):
         if type(pid) is not tuple or len(pid) != 5 or pid[0] not in ("storage", b"storage"):
+            raise Declined
+        if not hasattr(self, "torch"):  # its storage type would have imported it
             raise Declined
         _, storage_type, key, _location, numel = pid  # map_location="cpu": the location is not used
         if type(storage_type) is not self.storage_type or type(key) is not str or type(numel) is not int:

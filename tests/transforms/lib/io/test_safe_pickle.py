@@ -273,3 +273,14 @@ def test_a_well_formed_hand_written_dump_takes_the_fast_path(tmp_path):
     ours = safe_pickle.fast_load(path)
     assert ours["t"].tolist() == [1, 2, 3, 4] and type(ours["t"]) is torch.Tensor
     assert_same(ours, torch.load(path, map_location="cpu", weights_only=True))
+
+
+def test_a_dump_without_tensors_is_read_without_importing_torch():
+    import subprocess
+    import sys
+
+    path = os.path.join(FIXTURES, "slime_rollout_data", "0.pt")
+    script = ("import sys; from rollout_relabel.transforms.lib.io import safe_pickle; "
+              f"dump = safe_pickle.fast_load({path!r}); print(len(dump['samples']), 'torch' in sys.modules)")
+    assert subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          check=True).stdout.split() == ["81", "False"]
