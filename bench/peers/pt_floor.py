@@ -14,15 +14,16 @@ import argparse
 import multiprocessing
 import os
 
+# imported before the processes fork, so that the two-process floor pays for the imports once
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import torch
+
 STD_EPS = 1e-6
 
 
 def _relabel(job: tuple[str, str, bool]) -> None:
-    import numpy as np
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-    import torch
-
     path, output, unsafe = job
     dump = torch.load(path, map_location="cpu", weights_only=not unsafe)
     samples = dump["samples"]
