@@ -1,4 +1,4 @@
-"""The numeric core against SEMANTICS.md's worked examples and every rule, with exact numbers."""
+"""The numeric core against docs/semantics.md's worked examples and every rule, with exact numbers."""
 import math
 
 import numpy as np
@@ -24,7 +24,7 @@ def rollout(rid, reward, group=0, trainable=1, **extra):
     return dict(rollout_id=rid, reward=reward, group_index=group, trainable=trainable, **extra)
 
 
-# ---- SEMANTICS.md worked examples (rollout-mainstream, grpo)
+# ---- docs/semantics.md worked examples (rollout-mainstream, grpo)
 
 def test_example1_unequal_fanout_no_std(run):
     rows = [rollout(10, 0), *[rollout(11, 1)] * 3, *[rollout(20, 2, 1)] * 2, rollout(21, 4, 1)]
@@ -381,7 +381,7 @@ GDPO_ROWS = [gi(1.0, trainable=3, parts=[1.0, 0.0]), gi(0.0, trainable=1, parts=
 
 
 @pytest.mark.parametrize("weights,expected", [
-    (None, [-0.221404, -1.549826, 1.107019]),          # SEMANTICS.md's worked example
+    (None, [-0.221404, -1.549826, 1.107019]),          # docs/semantics.md's worked example
     ((2.0, -1.0), [0.816497, -1.632993, -0.408248]),   # S = (1.732048, -1.732048, 0)
     ((1.0, 0.5), [0.0, -1.825742, 0.912871]),          # S = (0.288675, -1.443373, 1.154699) = mu at row 0
 ])
@@ -423,3 +423,23 @@ def test_gdpo_raw_singletons_apply_per_key(run):
     mu = sum(a * b for a, b in zip(s, m)) / (4 + 1e-8)
     var = sum(b * (a - mu) ** 2 for a, b in zip(s, m)) / (4 + 1e-8) * 4 / 3
     assert out_close(out.advantage, [(a - mu) / math.sqrt(var + 1e-8) for a in s])
+
+
+# ---- _unit_advantages with its context objects (units in groups; the inputs only some estimators read)
+
+def test_unit_advantages_reads_its_groups_and_the_estimators_own_inputs():
+    from rollout_relabel.transforms.core.advantages import _EstimatorInputs, _unit_advantages, _UnitGroups
+    from rollout_relabel.transforms.core.arrays import arrays_for
+
+    reward = np.array([0.0, 1.0, 2.0, 5.0, 5.0])
+    xp = arrays_for(reward)
+    groups = _UnitGroups(unit_group=np.array([0, 0, 0, 1, 1]), n_groups=2, k=np.array([3, 2]),
+                         uniform=np.array([False, True]))
+    rloo = _unit_advantages(xp, reward, groups, CoreConfig(estimator="rloo"), "rloo", False)
+    assert rloo.tolist() == [-1.5, 0.0, 1.5, 0.0, 0.0]  # k/(k-1) * (r - mean); the uniform group 0
+    grpo = _unit_advantages(xp, reward, groups, CoreConfig(), "grpo", True)
+    assert grpo.tolist() == [-1.0 / (1.0 + 1e-6), 0.0, 1.0 / (1.0 + 1e-6), 0.0, 0.0]  # std 1 over k - 1
+    remax = _unit_advantages(xp, reward, groups, CoreConfig(estimator="remax"), "remax", False,
+                             _EstimatorInputs(chosen=np.array([0, 1, 2, 3, 4]),
+                                              baseline=np.array([0.5, 0.5, 0.5, 1.0, 2.0])))
+    assert remax.tolist() == [-0.5, 0.5, 1.5, 0.0, 0.0]  # r - b, the uniform group 0

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
+from rollout_relabel.transforms.core.reasons import Reason
 from rollout_relabel.transforms.lib.errors import BadFile
 from rollout_relabel.transforms.lib.io import safe_pickle
 from rollout_relabel.transforms.lib.io.dump_samples import samples_to_table
@@ -42,31 +43,31 @@ def read_dump_outcome(path: str, columns=None) -> DumpOutcome:
 def read_dump(path: str, raw: bytes | None, columns=None) -> tuple[pa.Table, dict]:
     """The dump at `path` (a local file, read through a memory map) or in `raw` (a store's object's bytes)."""
     if (raw is not None and not raw) or (raw is None and _local_size(path) == 0):
-        raise BadFile("empty-file", f"{path}: file is empty (0 bytes)")
+        raise BadFile(Reason.EMPTY_FILE, f"{path}: file is empty (0 bytes)")
     try:
         dump = safe_pickle.load(path=path if raw is None else None, data=raw)
     except (safe_pickle.UnsafePickle, safe_pickle.UnreadableDump) as error:
         looks_like = _looks_like(*_ends(path, raw))
         if looks_like:
-            raise BadFile("unreadable-file", f"{path}: {looks_like}, not a .pt dump") from error
+            raise BadFile(Reason.UNREADABLE_FILE, f"{path}: {looks_like}, not a .pt dump") from error
         if isinstance(error, safe_pickle.UnsafePickle):
-            raise BadFile("unsafe-pickle", f"{path}: refused: the dump needs arbitrary unpickling, which could "
+            raise BadFile(Reason.UNSAFE_PICKLE, f"{path}: refused: the dump needs arbitrary unpickling, which could "
                                            f"run code ({error})") from error
-        raise BadFile("unreadable-file", f"{path}: corrupt or truncated .pt: {error}") from error
+        raise BadFile(Reason.UNREADABLE_FILE, f"{path}: corrupt or truncated .pt: {error}") from error
     if not isinstance(dump, dict) or not isinstance(dump.get("samples"), list):
-        raise BadFile("unreadable-file", f"{path}: not a rollout dump (expected a dict with a 'samples' list)")
+        raise BadFile(Reason.UNREADABLE_FILE, f"{path}: not a rollout dump (expected a dict with a 'samples' list)")
     samples = dump["samples"]
     if not all(isinstance(s, dict) for s in samples):
-        raise BadFile("unreadable-file", f"{path}: 'samples' must be a list of dicts (Sample.to_dict())")
+        raise BadFile(Reason.UNREADABLE_FILE, f"{path}: 'samples' must be a list of dicts (Sample.to_dict())")
     for position, sample in enumerate(samples):
         odd = next((key for key in sample if not isinstance(key, str)), None)
         if odd is not None:
-            raise BadFile("ill-typed-column", f"{path}: sample {position} has a non-string key {odd!r}")
+            raise BadFile(Reason.ILL_TYPED_COLUMN, f"{path}: sample {position} has a non-string key {odd!r}")
     metadata = dump.get("metadata") or {}
     sizes = metadata.get("prompt_group_sizes") if isinstance(metadata, dict) else None
     if sizes is not None and not (isinstance(sizes, (list, tuple)) and all(
             isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in sizes)):
-        raise BadFile("group-sizes-mismatch", f"{path}: metadata prompt_group_sizes is {sizes!r}; expected a list "
+        raise BadFile(Reason.GROUP_SIZES_MISMATCH, f"{path}: metadata prompt_group_sizes is {sizes!r}; expected a list "
                                               "of non-negative integers")
     step = dump.get("rollout_id")
     try:
@@ -83,7 +84,7 @@ def _local_size(path: str) -> int:
     try:
         return os.stat(path).st_size
     except OSError as error:
-        raise BadFile("unreadable-file", f"{path}: cannot be read: {error}") from error
+        raise BadFile(Reason.UNREADABLE_FILE, f"{path}: cannot be read: {error}") from error
 
 
 def _ends(path: str, raw: bytes | None) -> tuple[bytes, bytes]:

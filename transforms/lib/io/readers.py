@@ -12,6 +12,7 @@ import stat
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from rollout_relabel.transforms.core.reasons import Reason
 from rollout_relabel.transforms.lib.errors import BadFile, InputChanged
 from rollout_relabel.transforms.lib.io import filesystem, pt_dumps
 from rollout_relabel.transforms.lib.io.dump_samples import samples_to_table  # noqa: F401 - re-exported
@@ -35,7 +36,7 @@ def file_format(path: str) -> str:
         return "parquet"
     if lower.endswith(JSONL_SUFFIXES):
         return "jsonl"
-    raise BadFile("unreadable-file", f"{path}: unknown file type (expected .pt, .parquet, .jsonl or .jsonl.gz)")
+    raise BadFile(Reason.UNREADABLE_FILE, f"{path}: unknown file type (expected .pt, .parquet, .jsonl or .jsonl.gz)")
 
 
 def read_input(record: dict, columns=None, max_bytes: int = DEFAULT_MAX_FILE_BYTES,
@@ -51,9 +52,9 @@ def read_input(record: dict, columns=None, max_bytes: int = DEFAULT_MAX_FILE_BYT
         raise BadFile(record["problem"], f"{path}: its name is not valid UTF-8; rename the file to relabel it")
     check_regular(path)
     if record["size"] > max_bytes:
-        raise BadFile("file-too-large", f"{path}: {record['size']} bytes is over the {max_bytes}-byte limit "
+        raise BadFile(Reason.FILE_TOO_LARGE, f"{path}: {record['size']} bytes is over the {max_bytes}-byte limit "
                                         "(--max-file-bytes)")
-    table, metadata = read_table(path, columns, use_threads, processes)
+    table, metadata = read_table(path, columns, use_threads, max_bytes, processes)
     _check_unchanged(record)
     return table, metadata
 
@@ -65,11 +66,11 @@ def check_regular(path: str) -> None:
     try:
         mode = os.stat(path).st_mode
     except OSError as error:
-        raise BadFile("unreadable-file", f"{path}: cannot be read: {error}") from error
+        raise BadFile(Reason.UNREADABLE_FILE, f"{path}: cannot be read: {error}") from error
     if not stat.S_ISREG(mode):
         kind = ("a FIFO" if stat.S_ISFIFO(mode) else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode)
                 else "a socket" if stat.S_ISSOCK(mode) else "a directory" if stat.S_ISDIR(mode) else "special")
-        raise BadFile("unreadable-file", f"{path}: not a regular file ({kind}); only regular files are read")
+        raise BadFile(Reason.UNREADABLE_FILE, f"{path}: not a regular file ({kind}); only regular files are read")
 
 
 def _check_unchanged(record: dict) -> None:
@@ -82,10 +83,12 @@ def _check_unchanged(record: dict) -> None:
                            "is now")
 
 
-def read_table(path: str, columns=None, use_threads: bool = True, processes: int = 0) -> tuple[pa.Table, dict]:
+def read_table(path: str, columns=None, use_threads: bool = True, max_bytes: int = DEFAULT_MAX_FILE_BYTES,
+               processes: int = 0) -> tuple[pa.Table, dict]:
     """The file's rows as a table (only `columns` when given, those present) and its batch metadata.
 
     `use_threads`: Parquet columns are decoded on pyarrow's thread pool (off: on the calling thread).
+    `max_bytes`: a .jsonl.gz is refused once it decompresses to more (file-too-large).
     `processes` > 1: a local `.pt` dump is read on a pool of that many processes (lib/worker/processes.py).
 
     metadata: {"step": int | None, "prompt_group_sizes": list[int] | None}
@@ -93,7 +96,7 @@ def read_table(path: str, columns=None, use_threads: bool = True, processes: int
     if file_format(path) == "pt":
         return _read_pt(path, columns, processes)
     if file_format(path) == "jsonl":
-        return read_jsonl(path, _read_bytes(path), columns), {"step": None, "prompt_group_sizes": None}
+        return read_jsonl(path, _read_bytes(path), columns, max_bytes), {"step": None, "prompt_group_sizes": None}
     return _read_parquet(path, columns, use_threads), {"step": None, "prompt_group_sizes": None}
 
 
@@ -102,7 +105,7 @@ def _read_bytes(path: str) -> bytes:
         with filesystem.open_read(path) as handle:
             return handle.read()
     except Exception as error:  # noqa: BLE001 - any I/O failure makes the file unreadable
-        raise BadFile("unreadable-file", f"{path}: cannot be read: {error}") from error
+        raise BadFile(Reason.UNREADABLE_FILE, f"{path}: cannot be read: {error}") from error
 
 
 def _read_parquet(path, columns, use_threads=True):
@@ -110,25 +113,25 @@ def _read_parquet(path, columns, use_threads=True):
     try:
         handle = filesystem.open_read(path)
     except Exception as error:  # noqa: BLE001 - any I/O failure makes the file unreadable
-        raise BadFile("unreadable-file", f"{path}: cannot be read: {error}") from error
+        raise BadFile(Reason.UNREADABLE_FILE, f"{path}: cannot be read: {error}") from error
     with handle:
         if handle.seek(0, io.SEEK_END) == 0:
-            raise BadFile("empty-file", f"{path}: file is empty (0 bytes)")
+            raise BadFile(Reason.EMPTY_FILE, f"{path}: file is empty (0 bytes)")
         handle.seek(0)
         try:
             parquet = pq.ParquetFile(handle)
             present = parquet.schema_arrow.names
             wanted = None if columns is None else [c for c in columns if c in present]
         except Exception as error:  # noqa: BLE001
-            raise BadFile("unreadable-file", f"{path}: not a readable Parquet file: {error}") from error
+            raise BadFile(Reason.UNREADABLE_FILE, f"{path}: not a readable Parquet file: {error}") from error
         twice = sorted({n for n in present if present.count(n) > 1})
         if twice:  # which of the two is meant cannot be decided, and the output could not be written
-            raise BadFile("duplicate-column", f"{path}: column name(s) {', '.join(map(repr, twice))} appear more "
+            raise BadFile(Reason.DUPLICATE_COLUMN, f"{path}: column name(s) {', '.join(map(repr, twice))} appear more "
                                               "than once")
         try:
             return parquet.read(columns=wanted, use_threads=use_threads)
         except Exception as error:  # noqa: BLE001
-            raise BadFile("unreadable-file", f"{path}: not a readable Parquet file: {error}") from error
+            raise BadFile(Reason.UNREADABLE_FILE, f"{path}: not a readable Parquet file: {error}") from error
 
 
 def _read_pt(path, columns, processes=0):
