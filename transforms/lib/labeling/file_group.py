@@ -61,7 +61,8 @@ class SlimFile:
 def read_planned(entry: dict, settings: RunSettings, columns=None) -> tuple[pa.Table, dict]:
     """An input's rows, as the plan listed it (readers.read_input); a changed input stops the run."""
     try:
-        return read_input(entry, columns, settings.max_file_bytes, use_threads=settings.parallel_decode)
+        return read_input(entry, columns, settings.max_file_bytes, use_threads=settings.parallel_decode,
+                          processes=settings.pt_processes)
     except InputChanged as changed:
         raise stop_run(settings.output, changed) from None
 

@@ -169,6 +169,9 @@ class RunSettings:
     # pyarrow decodes each Parquet file on its own thread pool; off where the local runner already
     # keeps every core busy with its worker threads (the two pools would only take turns)
     parallel_decode: bool = True
+    # local `.pt` dumps are unpickled on a pool of this many processes (0: in the worker thread): the
+    # unpickler holds the GIL, so the local runner's threads alone would read them one at a time
+    pt_processes: int = 0
 
     def __post_init__(self):
         if self.max_dead_fraction is not None and not 0 <= self.max_dead_fraction <= 1:
