@@ -8,10 +8,27 @@ is a Beam pipeline option (pipeline/parse.py checks it against Beam's own).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 
-from rollout_relabel.transforms.core.config import MAINSTREAM_POLICIES, SEMANTICS, SINGLETON_RULES
+from rollout_relabel.transforms.core.config import (
+    MAINSTREAM_POLICIES,
+    NORMALIZING_ESTIMATORS,
+    PASS_THROUGH_ESTIMATORS,
+    SEMANTICS,
+    SINGLETON_RULES,
+    STALE_ROWS,
+    ZERO_MASK_UNITS,
+    CoreConfig,
+)
 from rollout_relabel.transforms.lib.errors import UsageError
-from rollout_relabel.transforms.lib.labeling.settings import DEFAULT_MAX_FILE_BYTES
+from rollout_relabel.transforms.lib.labeling.settings import (
+    BATCH_FROM,
+    DEFAULT_MAX_FILE_BYTES,
+    GROUP_KEYS,
+    MAPPABLE,
+    Labeling,
+)
+from rollout_relabel.transforms.lib.worker.device import DEVICES
 
 BEAM_LINE = ("Any Beam pipeline option (--runner, --project, ...) is accepted too: "
              "`relabel {command} --help-beam` lists them.")
@@ -68,18 +85,28 @@ def _parser(command: str, usage: str, description: str) -> Parser:
     return parser
 
 
+def default(option: str):
+    """A labeling option's default, as its field in Labeling / CoreConfig declares it."""
+    for f in dataclasses.fields(CoreConfig) + dataclasses.fields(Labeling):
+        if f.name == option:
+            return f.default
+    raise KeyError(option)
+
+
 def add_labeling(parser: argparse.ArgumentParser) -> None:
     """How rows are labelled: one flag per field of Labeling / CoreConfig, dest = the field's name."""
     group = parser.group("labeling")
-    group.add_argument("--semantics", choices=SEMANTICS, default="rollout-mainstream",
+    group.add_argument("--semantics", choices=SEMANTICS, default=default("semantics"),
                        help="normalization semantics (docs/semantics.md)")
-    group.add_argument("--estimator", default="grpo",
-                       help="grpo, gspo, cispo, dr_grpo, reinforce_plus_plus_baseline, rloo, grpo_passk, opo, gpg, "
-                            "remax (with --baseline-column), gdpo (with --reward-keys); others pass through")
+    group.add_argument("--estimator", default=default("estimator"),
+                       help=", ".join(NORMALIZING_ESTIMATORS) + " (remax needs --baseline-column, gdpo "
+                            f"--reward-keys; default {default('estimator')}); "
+                            + ", ".join(PASS_THROUGH_ESTIMATORS) + " pass through")
     group.add_argument("--std-normalization", dest="std_normalization", action=argparse.BooleanOptionalAction,
-                       default=True, help="divide by the group std (grpo/gspo/cispo; default on)")
+                       default=default("std_normalization"),
+                       help="divide by the group std (grpo/gspo/cispo; default on)")
     group.add_argument("--no-rewards-normalization", dest="rewards_normalization", action="store_false",
-                       default=True, help="advantage = reward value, unchanged")
+                       default=default("rewards_normalization"), help="advantage = reward value, unchanged")
     group.add_argument("--reward-key", metavar="KEY", help="the reward is a struct/map: use its field KEY")
     group.add_argument("--reward-keys", dest="reward_keys", type=name_list, action="extend", metavar="K1,K2,...",
                        help="the reward is a struct/map: its value is the weighted sum of these fields "
@@ -89,21 +116,41 @@ def add_labeling(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--baseline-column", metavar="COL",
                        help="remax: each unit's baseline, a column or a dotted path into a struct/map column "
                             "(e.g. metadata.remax_baseline_reward)")
-    group.add_argument("--singleton-groups", choices=SINGLETON_RULES, default="zero",
-                       help="a one-unit group's advantage: zero (default), or raw (mean 0, std 1, as verl); "
-                            "not with legacy-reshape")
+    group.add_argument("--singleton-groups", choices=SINGLETON_RULES, default=default("singleton_groups"),
+                       help=f"a one-unit group's advantage: zero, or raw (mean 0, std 1, as verl); default "
+                            f"{default('singleton_groups')}; not with legacy-reshape")
     group.add_argument("--mainstream", choices=MAINSTREAM_POLICIES,
                        help="which row of a rollout supplies its reward (rollout semantics only)")
     group.add_argument("--drop-uniform-groups", action="store_true",
                        help="groups whose rewards are all equal go to filtered.parquet")
+    # version 3: off-policy preprocessing (docs/semantics.md, "Off-policy preprocessing")
+    group.add_argument("--version-column", dest="version_column", metavar="COL",
+                       help="weight version per row (a list: its smallest); read with --max-staleness")
+    group.add_argument("--max-staleness", dest="max_staleness", type=int, metavar="K",
+                       help="units more than K versions old are stale: filtered (reason stale)")
+    group.add_argument("--current-version", dest="current_version", type=int, metavar="V",
+                       help="the current weight version (default: the batch's newest)")
+    group.add_argument("--stale-rows", dest="stale_rows", choices=STALE_ROWS, default=default("stale_rows"),
+                       metavar="MODE",
+                       help="baseline-only (default: stale units stay in the statistics) or drop")
+    group.add_argument("--zero-mask-units", dest="zero_mask_units", choices=ZERO_MASK_UNITS,
+                       default=default("zero_mask_units"),
+                       metavar="MODE", help="baseline (default), or exclude: no-token units out of the statistics")
+    group.add_argument("--filter-metric", dest="filter_metric", metavar="COL",
+                       help="the column --keep-band averages (booleans 0/1) instead of the rewards")
+    group.add_argument("--keep-band", dest="keep_band", metavar="LO:HI",
+                       help="groups whose mean metric is outside [LO, HI] are filtered (metric-band)")
+    group.add_argument("--uniform-tolerance", dest="uniform_tolerance", type=float,
+                       default=default("uniform_tolerance"), metavar="EPS",
+                       help="uniform (advantage 0) when unit values differ by <= EPS (default 0)")
     group.add_argument("--column", dest="columns", action="append", metavar="NAME=SOURCE",
-                       help="read the interpreted column NAME (reward, step, group_index, index, rollout_id, "
-                            "response_length, loss_mask, remove_sample, status) from SOURCE: a column, or a dotted "
-                            "path into a struct/map column (a number steps into a list: rewards.0); repeatable")
-    group.add_argument("--batch-from", dest="batch_from", choices=("column", "file", "folder"), default="column",
+                       help=f"read the interpreted column NAME ({', '.join(MAPPABLE)}) from SOURCE: a column, or "
+                            "a dotted path into a struct/map column (a number steps into a list: rewards.0); "
+                            "repeatable")
+    group.add_argument("--batch-from", dest="batch_from", choices=BATCH_FROM, default=default("batch_from"),
                        help="the batch: the step column (default; each file without one), each file, or each "
                             "file's folder")
-    group.add_argument("--group-key", dest="group_key", choices=("verl-uid",),
+    group.add_argument("--group-key", dest="group_key", choices=GROUP_KEYS,
                        help="derive the group from part of group_index: verl-uid takes {uid} of verl's "
                             "{uid}_{session}_{index}")
     group.add_argument("--format", dest="format", choices=("slime", "miles", "verl", "areal", "nemo-rl", "trl"),
@@ -131,7 +178,7 @@ def _add_io(parser: argparse.ArgumentParser, output_help: str) -> None:
 
 def _add_running(parser: argparse.ArgumentParser, command: str) -> None:
     group = parser.group("running")
-    group.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
+    group.add_argument("--device", choices=DEVICES, default="auto",
                        help="where the numeric core runs: cpu (numpy), cuda (torch); auto: cuda where present")
     group.add_argument("--progress", action=argparse.BooleanOptionalAction,
                        help="files done and rows so far on stderr (default: when stderr is a terminal)")
@@ -156,6 +203,35 @@ def run_parser() -> Parser:
     parser = _parser("run", "--input PATH... --output DIR [options]",
                      "Relabel stored rollouts into Parquet training rows with advantages.")
     _add_io(parser, "output directory (local path or any Beam filesystem URL)")
+    add_table_output(parser)
+    add_labeling(parser)
+    _add_running(parser, "run")
+    return parser
+
+
+def add_table_output(parser: Parser, run_name: bool = True) -> None:
+    """--output-format and what a Delta table output takes (docs/backfills.md); a backfill names each run
+    after its folder (no --run-name)."""
+    group = parser.group("table output")
+    group.add_argument("--output-format", dest="output_format", choices=("parquet", "delta"), default="parquet",
+                       help="parquet: a folder of part files and _manifest.json (default); delta: --output is a "
+                            "Delta table, each run published by one commit")
+    if run_name:
+        group.add_argument("--run-name", dest="run_name", metavar="NAME",
+                           help="delta: the run partition the rows go to (default: the input folder's name)")
+    group.add_argument("--storage-option", dest="storage_options", action="append", metavar="KEY=VALUE",
+                       help="delta: a deltalake storage option for the table's store, e.g. "
+                            "AWS_ENDPOINT_URL=http://host:9000 (repeatable)")
+
+
+def backfill_parser() -> Parser:
+    parser = _parser("backfill", "--runs ROOT --output TABLE_OR_DIR [options]",
+                     "Relabel every run folder under ROOT in one process: one commit (or one folder) per run.")
+    group = parser.group("input and output")
+    group.add_argument("--runs", metavar="ROOT", help="a folder holding one folder of rollouts per run")
+    group.add_argument("--output", help="delta: the table every run goes to (its run partition); parquet: a "
+                                        "folder holding one output folder per run")
+    add_table_output(parser, run_name=False)
     add_labeling(parser)
     _add_running(parser, "run")
     return parser
@@ -220,4 +296,5 @@ def export_parser() -> Parser:
     return parser
 
 
-PARSERS = {"run": run_parser, "watch": watch_parser, "compare": compare_parser, "export": export_parser}
+PARSERS = {"run": run_parser, "watch": watch_parser, "compare": compare_parser, "export": export_parser,
+           "backfill": backfill_parser}

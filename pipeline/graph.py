@@ -11,7 +11,7 @@ from rollout_relabel.transforms.lib.io.inputs import InputFile
 from rollout_relabel.transforms.lib.io.plan import group_by_batch_sharing
 from rollout_relabel.transforms.lib.labeling.settings import RunSettings
 from rollout_relabel.transforms.lib.output.part_files import batch_inputs
-from rollout_relabel.transforms.lib.output.records import (
+from rollout_relabel.transforms.lib.output.stage_outputs import (
     COUNTERS,
     DEAD,
     FILES,
@@ -19,7 +19,7 @@ from rollout_relabel.transforms.lib.output.records import (
     RESULTS,
     SLIM,
     STATS,
-    RowRecords,
+    ExcludedRows,
 )
 from rollout_relabel.transforms.read_rollouts import ReadRollouts
 from rollout_relabel.transforms.relabel_file_groups import RelabelFileGroups
@@ -29,8 +29,9 @@ def build(p: beam.Pipeline, settings: RunSettings, files: list[InputFile], group
     """Add the relabel graph to `p`; returns the PCollection holding the manifest dict.
 
     Only the stages the inputs need are built: the shuffle path exists only when
-    some group of files is too big for one worker, filtered.parquet only with
-    --drop-uniform-groups (every unused stage costs start-up time on every runner).
+    some group of files is too big for one worker, filtered.parquet only when rows
+    can be filtered: --drop-uniform-groups, --max-staleness, --keep-band (every unused stage costs start-up
+    time on every runner).
     `groups`: group_by_batch_sharing(files), when the caller has it already.
     """
     # (one-pass groups, shuffle-path files)
@@ -38,25 +39,25 @@ def build(p: beam.Pipeline, settings: RunSettings, files: list[InputFile], group
                                                       step=settings.labeling.step_column())
     hints = dict(settings.core_resource_hints)
 
-    one_pass = (p | "ListFileGroups" >> beam.Create([[f.record() for f in g] for g in groups])
+    one_pass = (p | "ListFileGroups" >> beam.Create([[f.entry() for f in g] for g in groups])
                 | "RelabelFileGroups" >> RelabelFileGroups(settings).with_resource_hints(**hints))
     outputs = {tag: [one_pass[tag]] for tag in (STATS, FILES, DEAD, FILTERED, COUNTERS)}
     if shared:
         for tag, collection in _shuffle_path(p, settings, shared).items():
             outputs[tag].append(collection)
 
-    kinds = [DEAD, FILTERED] if settings.labeling.drop_uniform_groups else [DEAD]
+    kinds = [DEAD, FILTERED] if settings.labeling.filters_rows else [DEAD]
     records = [outputs[kind]
                | f"Flatten{kind.title()}Records" >> beam.Flatten()
-               | f"Mark{kind.title()}Records" >> beam.Map(RowRecords, kind) for kind in kinds]
+               | f"Mark{kind.title()}Records" >> beam.Map(ExcludedRows, kind) for kind in kinds]
     items = (
         *outputs[STATS],
         *records,
-        outputs[FILES] | "FlattenFileRecords" >> beam.Flatten() | "ReadStats" >> beam.Map(_file_read),
+        outputs[FILES] | "FlattenFileEntries" >> beam.Flatten() | "ReadStats" >> beam.Map(_file_read),
         outputs[COUNTERS] | "FlattenBatchCounters" >> beam.Flatten(),
     ) | "FlattenStats" >> beam.Flatten()
     # the record files and the manifest in one stage after the last group (each stage costs a bundle)
-    return items | "CommitRun" >> CommitRun(settings, [f.record() for f in files])
+    return items | "CommitRun" >> CommitRun(settings, [f.entry() for f in files])
 
 
 def _file_read(element):
@@ -67,9 +68,9 @@ def _file_read(element):
 def _shuffle_path(p, settings: RunSettings, shared: list[InputFile]) -> dict:
     """Batches spread over more files than one worker should hold: slim rows meet in a shuffle."""
     # the shuffle path's files are one set of siblings: a change to any of them redoes them all
-    records = [f.record() for f in shared]
-    siblings = batch_inputs(records)
-    read = (p | "ListSharedBatchFiles" >> beam.Create([dict(r, batch_inputs=siblings) for r in records])
+    entries = [f.entry() for f in shared]
+    siblings = batch_inputs(entries)
+    read = (p | "ListSharedBatchFiles" >> beam.Create([dict(r, batch_inputs=siblings) for r in entries])
             | "ReadRollouts" >> ReadRollouts(settings))
     batches = read[SLIM] | "GatherBatches" >> GatherBatches()
     computed = batches | "GroupAdvantages" >> GroupAdvantages(settings).with_resource_hints(

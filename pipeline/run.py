@@ -14,6 +14,7 @@ from rollout_relabel.pipeline.local_threads import (
     claim_local_threads,
     local_thread_count,
     parallel_decode,
+    pt_processes,
     use_local_threads,
 )
 from rollout_relabel.pipeline.parse import Parsed, parse
@@ -23,6 +24,7 @@ from rollout_relabel.transforms.lib.errors import ExitCode, UsageError
 from rollout_relabel.transforms.lib.io import filesystem
 from rollout_relabel.transforms.lib.io.inputs import expand_inputs
 from rollout_relabel.transforms.lib.io.plan import group_by_batch_sharing, read_footers
+from rollout_relabel.transforms.lib.io.readers import ROLLOUT_SUFFIXES
 from rollout_relabel.transforms.lib.labeling.settings import RunSettings
 from rollout_relabel.transforms.lib.output import lease, output_files
 from rollout_relabel.transforms.lib.output import manifest as manifest_lib
@@ -35,6 +37,7 @@ from rollout_relabel.transforms.lib.output.output_dir import (
     refuse_other_options,
     remove_run_outputs,
 )
+from rollout_relabel.transforms.lib.worker import processes
 
 
 @dataclass
@@ -65,6 +68,10 @@ class RunOutcome:
                              + f"  -> {filesystem.join(self.output, dead['file'])}")
             else:
                 lines.append("dead letters none")
+            filtered = self.manifest.get("filtered") or {}
+            if filtered.get("by_reason"):
+                lines.append("filtered    " + ", ".join(f"{k}: {v}" for k, v in filtered["by_reason"].items())
+                             + f"  -> {filesystem.join(self.output, filtered['file'])}")
             lines.append(f"output      {self.output}")
         return "\n".join(lines)
 
@@ -78,11 +85,27 @@ def parse_run(argv: list[str], command: str = "run") -> tuple[Parsed, RunSetting
 
 def run(argv: list[str], test_pipeline: beam.Pipeline | None = None) -> RunOutcome:
     parsed, settings = parse_run(argv)
+    return run_parsed(parsed, settings, test_pipeline)
+
+
+def run_parsed(parsed: Parsed, settings: RunSettings, test_pipeline: beam.Pipeline | None = None) -> RunOutcome:
+    """A run whose flags are parsed: into a folder, or (--output-format delta) a Delta table's commit."""
+    filesystem.use_options(parsed.options)
+    if getattr(parsed.args, "output_format", "parquet") == "delta":
+        from rollout_relabel.pipeline.backfill import run_delta
+
+        return run_delta(parsed, settings, test_pipeline)
+    return relabel_into(parsed, settings, test_pipeline)
+
+
+def relabel_into(parsed: Parsed, settings: RunSettings, test_pipeline: beam.Pipeline | None = None,
+                 files=None) -> RunOutcome:
+    """The folder run: settings.output is the folder the part files and the manifest go to."""
     options = parsed.options
     runner_check = check_runner(options, settings)
-    files = expand_inputs(settings.inputs, settings.output)
+    files = files if files is not None else expand_inputs(settings.inputs, settings.output)
     if not files:
-        raise UsageError(f"no .pt or .parquet files found under {' '.join(settings.inputs)}")
+        raise UsageError(f"no rollout files ({', '.join(ROLLOUT_SUFFIXES)}) found under {' '.join(settings.inputs)}")
     output = settings.output
     if settings.dry_run:
         return _relabel(parsed, settings, files, runner_check, test_pipeline)
@@ -115,17 +138,20 @@ def _relabel(parsed: Parsed, settings: RunSettings, files, runner_check: RunnerC
         _check_partial_output(output, files, settings)
 
     labeling = settings.labeling
-    footers = read_footers(files, step=labeling.step_column())
+    footers = read_footers(files, step=labeling.step_column(), max_bytes=settings.max_file_bytes)
     one_pass, shared = groups = group_by_batch_sharing(files, footers=footers, batch_from=labeling.batch_from)
     if settings.local_threads:
         group_bytes = [sum(footers[f.path].decoded_bytes for f in group) for group in one_pass]
         threads = local_thread_count(settings.local_threads, group_bytes, available_memory(), shuffled=bool(shared))
         use_local_threads(options, threads)
-        settings = replace(settings, parallel_decode=parallel_decode(threads))
+        settings = replace(settings, parallel_decode=parallel_decode(threads),
+                           pt_processes=pt_processes(threads, files))
     if settings.dry_run:
         return RunOutcome(ExitCode.OK, output, None, [plan(parsed, settings, files, runner_check, groups)])
 
     pipeline = test_pipeline if test_pipeline is not None else beam.Pipeline(options=options)
+    if settings.pt_processes:
+        processes.warm(settings.pt_processes)  # its processes start while Beam builds and starts the pipeline
     build(pipeline, settings, files, groups)
     try:
         with progress.showing(progress.part_files(output, [f.output for f in files]), len(files), "relabel run",

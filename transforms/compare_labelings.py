@@ -15,12 +15,12 @@ from apache_beam import pvalue
 
 from rollout_relabel.transforms.dofns import CoreDoFn
 from rollout_relabel.transforms.lib.compare.batches import compare_batch
-from rollout_relabel.transforms.lib.errors import BadFile
 from rollout_relabel.transforms.lib.io.readers import read_table
+from rollout_relabel.transforms.lib.labeling.file_group import Buckets, Unreadable, read_slim
 from rollout_relabel.transforms.lib.labeling.settings import CompareSettings
-from rollout_relabel.transforms.lib.labeling.slim import extract_slim, slim_input_columns
+from rollout_relabel.transforms.lib.labeling.slim import slim_input_columns
 from rollout_relabel.transforms.lib.output import output_files
-from rollout_relabel.transforms.lib.output.records import BATCHES, FILES, GROUPS, POINTS
+from rollout_relabel.transforms.lib.output.stage_outputs import BATCHES, FILES, GROUPS, POINTS
 from rollout_relabel.transforms.metrics import counter
 
 
@@ -36,31 +36,25 @@ class CompareFileGroupFn(CoreDoFn):
 
     def process(self, group):
         settings = self._settings
-        reward = settings.reward_fields()
+        reward, stored = settings.read_labeling(), settings.stored_column()
+        columns = slim_input_columns(reward, stored)
         names = {r["path"]: r["name"] for r in group}
-        batches: dict[str, list] = {}
-        sizes: dict[str, list | None] = {}
+        buckets = Buckets()
         rows_read = 0
-        for record in group:
-            source = record["path"]
-            try:
-                table, metadata = read_table(source, columns=slim_input_columns(reward))
-                parts = extract_slim(table, source, reward)
-            except BadFile as bad:  # counted in the report under both labelings
-                yield pvalue.TaggedOutput(FILES, {"name": record["name"], "rows": 0, "reason": bad.reason,
-                                                  "message": bad.message})
+        for item in read_slim(group, lambda entry: read_table(entry["path"], columns=columns), reward,
+                              stored):
+            if isinstance(item, Unreadable):  # counted in the report under both labelings
+                yield pvalue.TaggedOutput(FILES, {"name": item.entry["name"], "rows": 0, "reason": item.reason,
+                                                  "message": item.message})
                 continue
-            rows_read += table.num_rows
-            counter("rows_in").inc(table.num_rows)
-            yield pvalue.TaggedOutput(FILES, {"name": record["name"], "rows": table.num_rows, "reason": None,
-                                              "message": None})
-            for batch_key, slim in parts:
-                batches.setdefault(batch_key, []).append((source, slim))
-                sizes[batch_key] = metadata["prompt_group_sizes"]
-        for batch_key in sorted(batches):
-            result = compare_batch(batch_key, batches[batch_key], sizes[batch_key], settings.a, settings.b, names,
-                                   self.device)
-            yield result.record
+            rows_read += item.table.num_rows
+            counter("rows_in").inc(item.table.num_rows)
+            yield pvalue.TaggedOutput(FILES, {"name": item.entry["name"], "rows": item.table.num_rows,
+                                              "reason": None, "message": None})
+            buckets.add(item)
+        for batch_key, parts, sizes in buckets.in_order():
+            result = compare_batch(batch_key, parts, sizes, settings.a, settings.b, names, self.device)
+            yield result.counts
             for listed in result.groups:
                 yield pvalue.TaggedOutput(GROUPS, listed)
             for point in result.points:
@@ -71,7 +65,7 @@ class CompareFileGroupFn(CoreDoFn):
 
 
 class CompareLabelings(beam.PTransform):
-    """PCollection[list of input records {path, name, ...}] -> batches (main) / groups / points / files."""
+    """PCollection[list of input entries {path, name, ...}] -> batches (main) / groups / points / files."""
 
     def __init__(self, settings: CompareSettings, progress_dir: str | None = None):
         super().__init__()

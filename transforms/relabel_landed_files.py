@@ -1,10 +1,11 @@
 """RelabelLandedFiles: each group of landed files relabelled as `relabel run` would, then recorded.
 
-The work is RelabelFileGroupFn's (the same function writes the same bytes as
-`relabel run`); this stage adds what a stream needs: each input's dead
+The work is file_group.relabel_file_group's, with the outputs RelabelFileGroups
+makes of it (the same functions write the same bytes as `relabel run`),
+collected here instead of emitted; this stage adds what a stream needs: each input's dead
 letters and filtered rows in their own file (dead_letters/<part name>,
-filtered/<part name>), a per-input record (_watch/<part stem>.json, written
-last: the input is done), and the manifest rewritten from the records (paced:
+filtered/<part name>), a per-input ledger entry (_watch/<part stem>.json, written
+last: the input is done), and the manifest rewritten from the entries (paced:
 transforms/lib/watch/ledger.py). A stop request (Ctrl-C) is honoured between groups: a group not
 started is left for the next watch.
 """
@@ -15,16 +16,18 @@ import json
 
 import apache_beam as beam
 import pyarrow as pa
-from apache_beam import pvalue
 
+from rollout_relabel.transforms.core.reasons import Reason
+from rollout_relabel.transforms.dofns import CoreDoFn, file_group_outputs
 from rollout_relabel.transforms.lib.io import filesystem
 from rollout_relabel.transforms.lib.io.inputs import InputFile
 from rollout_relabel.transforms.lib.io.plan import step_range
+from rollout_relabel.transforms.lib.labeling.file_group import relabel_file_group
 from rollout_relabel.transforms.lib.labeling.settings import RunSettings
-from rollout_relabel.transforms.lib.output.dead_letters import file_dead_letter, sorted_records, split_by_source
+from rollout_relabel.transforms.lib.output.dead_letters import file_dead_letter, sorted_excluded, split_by_source
 from rollout_relabel.transforms.lib.output.output_dir import delete_own_files, is_own_name
-from rollout_relabel.transforms.lib.output.output_files import write_records
-from rollout_relabel.transforms.lib.output.records import (
+from rollout_relabel.transforms.lib.output.output_files import write_excluded
+from rollout_relabel.transforms.lib.output.stage_outputs import (
     COUNTERS,
     DEAD,
     FILES,
@@ -34,47 +37,50 @@ from rollout_relabel.transforms.lib.output.records import (
     FileWritten,
     stat_to_dict,
 )
-from rollout_relabel.transforms.lib.watch import ledger as watch_records
+from rollout_relabel.transforms.lib.watch import ledger as ledger
 from rollout_relabel.transforms.metrics import counter
-from rollout_relabel.transforms.relabel_file_groups import RelabelFileGroupFn
 
-LATE_REASON = "late-batch-file"
-
-
-def split_outputs(outputs) -> dict:
-    """RelabelFileGroupFn's tagged outputs, by tag."""
-    by_tag = {STATS: [], FILES: [], DEAD: [], FILTERED: [], COUNTERS: []}
-    for output in outputs:
-        if isinstance(output, pvalue.TaggedOutput):
-            by_tag[output.tag].append(output.value)
-        else:
-            by_tag[STATS].append(output)
-    return by_tag
+LATE_REASON = Reason.LATE_BATCH_FILE
 
 
-class RelabelLandedFn(beam.DoFn):
+def no_outputs() -> dict:
+    """The outputs of a group, by tag (as RelabelFileGroups would emit them)."""
+    return {STATS: [], FILES: [], DEAD: [], FILTERED: [], COUNTERS: []}
+
+
+class RelabelLandedFn(CoreDoFn):
     def __init__(self, settings: RunSettings):
         # a stream never stops at the first bad input: it dead-letters and goes on
-        self._group_fn = RelabelFileGroupFn(dataclasses.replace(settings, fail_fast=False))
+        super().__init__(settings.device)
+        self._settings = dataclasses.replace(settings, fail_fast=False)
         self._output_dir = settings.output
         self._lineage = settings.lineage()
         self._fingerprint = settings.fingerprint()
         # the steps a record keeps (they close steps for a restarted watcher): only when batches are steps
         self._step_column = settings.labeling.step_column() if settings.labeling.batch_from == "column" else None
+        self._max_bytes = settings.max_file_bytes
 
     def setup(self):
-        self._group_fn.setup()
-        self._records = watch_records.RecordCache()
-        self._pacer = watch_records.ManifestPacer()
+        super().setup()
+        self._entries = ledger.EntryCache()
+        self._pacer = ledger.ManifestPacer()
+
+    def _relabel(self, files: list[dict]) -> dict:
+        """The group relabelled as `relabel run` relabels it; its outputs by tag."""
+        by_tag = no_outputs()
+        work = relabel_file_group(files, self._settings, self.device, self._lineage)
+        for tag, value in file_group_outputs(work, fail_fast=False, output=self._output_dir):
+            by_tag[tag].append(value)
+        return by_tag
 
     def process(self, release_json):
         release = json.loads(release_json)
         files = release["files"]
-        if watch_records.stop_requested(self._output_dir):
+        if ledger.stop_requested(self._output_dir):
             counter("files_left_for_restart").inc(len(files))
             return
         if release["late"]:
-            by_tag = split_outputs(())
+            by_tag = no_outputs()
             # a file rewritten after it was relabelled is late too: the part file of its earlier content goes,
             # so that no part file under its name is published for rows that are no longer its rows
             delete_own_files([filesystem.join(self._output_dir, f["output"]) for f in files
@@ -86,38 +92,39 @@ class RelabelLandedFn(beam.DoFn):
                 by_tag[DEAD].append(file_dead_letter(f["path"], LATE_REASON, message))
                 by_tag[FILES].append((f["path"], FileRead(f["path"], 0, LATE_REASON)))
         else:
-            by_tag = split_outputs(self._group_fn.process(files))
+            by_tag = self._relabel(files)
         dead, filtered = by_source(by_tag[DEAD]), by_source(by_tag[FILTERED])
         for position, f in enumerate(files):
-            record = self._record(f, files, by_tag, dead.get(f["path"]), filtered.get(f["path"]),
-                                  first=position == 0)
-            watch_records.write_record(self._output_dir, record)
+            entry = self._entry(f, files, by_tag, dead.get(f["path"]), filtered.get(f["path"]),
+                                first=position == 0)
+            ledger.write_entry(self._output_dir, entry)
             counter("files_done").inc()
             yield {"path": f["path"], "output": f["output"], "rows_out": sum(
                 s.rows_out for s in by_tag[STATS] if isinstance(s, FileWritten) and s.source == f["path"])}
         if self._pacer.due():  # the running manifest, at a pace that keeps its cost a bounded share (ledger.py)
-            self._pacer.timed(lambda: watch_records.write_watch_manifest(
-                self._output_dir, self._lineage, self._fingerprint, "running", cache=self._records))
+            self._pacer.timed(lambda: ledger.write_watch_manifest(
+                self._output_dir, self._lineage, self._fingerprint, "running", cache=self._entries))
 
-    def _record(self, item: dict, group: list[dict], by_tag: dict, dead, filtered, first: bool) -> dict:
+    def _entry(self, item: dict, group: list[dict], by_tag: dict, dead, filtered, first: bool) -> dict:
         source = item["path"]
         stats = [read for s, read in by_tag[FILES] if s == source]
         stats += [s for s in by_tag[STATS] if s.source == source]
         if first:  # a batch may span the group's files: its counters go with the first one
             stats += by_tag[COUNTERS]
-        dead = self._write_records(item, dead, watch_records.DEAD_LETTERS_DIR, DEAD)
-        filtered = self._write_records(item, filtered, watch_records.FILTERED_DIR, FILTERED)
-        steps = (step_range(InputFile(source, item["output"], item["size"], item["mtime"]), self._step_column)
+        dead = self._write_excluded(item, dead, ledger.DEAD_LETTERS_DIR, DEAD)
+        filtered = self._write_excluded(item, filtered, ledger.FILTERED_DIR, FILTERED)
+        steps = (step_range(InputFile(source, item["output"], item["size"], item["mtime"]), self._step_column,
+                              self._max_bytes)
                  if self._step_column is not None else None)
         return {"input": item, "fingerprint": self._fingerprint, "steps": list(steps) if steps else None,
                 "group": [f["output"] for f in group], "stats": [stat_to_dict(s) for s in stats],
                 "dead": stat_to_dict(dead), "filtered": stat_to_dict(filtered)}
 
-    def _write_records(self, item, mine, directory, kind):
+    def _write_excluded(self, item, mine, directory, kind):
         """This input's records (a table, or None), sorted as `relabel run` sorts them, in directory/<part name>."""
-        table = sorted_records([mine] if mine is not None else [])
+        table = sorted_excluded([mine] if mine is not None else [])
         target = filesystem.join(self._output_dir, directory)
-        summary = write_records(table, target, item["output"], kind, self._lineage)
+        summary = write_excluded(table, target, item["output"], kind, self._lineage)
         if not table.num_rows:  # the input changed since it was last relabelled
             filesystem.delete_existing([filesystem.join(target, item["output"])])
         return summary

@@ -4,6 +4,7 @@ when complete, other options refused)."""
 import hashlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -15,7 +16,7 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
-from rollout_relabel.transforms.lib.worker.faults import ENV
+from rollout_relabel.transforms.lib.worker.faults import ENV, PAUSE_ENV
 from tests.conftest import FIXTURES, ROOT, run_cli
 from tests.strict import differences
 
@@ -116,24 +117,33 @@ def export_subprocess(rows, output, env=None):
                           capture_output=True, text=True, timeout=300)
 
 
+@pytest.fixture(scope="module")
+def slime_rows(tmp_path_factory):
+    """A generated run's training rows and their slime export: the reference an interrupted export, once
+    resumed, must equal (the rows are only read)."""
+    root = tmp_path_factory.mktemp("slime-rows")
+    rows = generated_run(root)
+    run_cli("export", "--input", rows, "--output", root / "reference", "--to", "slime")
+    return rows, root / "reference"
+
+
 @pytest.mark.parametrize("crash", ["before-rename:1.pt", "after-rename:1.pt", "before-rename:_manifest.json"])
-def test_killed_mid_export_it_leaves_only_complete_dumps_and_resumes(tmp_path, crash):
-    rows = generated_run(tmp_path)
-    run_cli("export", "--input", rows, "--output", tmp_path / "reference", "--to", "slime")
+def test_killed_mid_export_it_leaves_only_complete_dumps_and_resumes(tmp_path, crash, slime_rows):
+    rows, reference = slime_rows
     killed = export_subprocess(rows, tmp_path / "d", {ENV: crash})
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
     visible = [n for n in os.listdir(tmp_path / "d") if not n.startswith(".")]
     assert "_manifest.json" not in visible
     for name in visible:
         if name.endswith(".pt"):  # what is visible under a final name is complete
-            assert (tmp_path / "d" / name).read_bytes() == (tmp_path / "reference" / name).read_bytes()
+            assert (tmp_path / "d" / name).read_bytes() == (reference / name).read_bytes()
     resumed = export_subprocess(rows, tmp_path / "d")
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     assert "already there" in resumed.stdout
     final = sorted(n for n in os.listdir(tmp_path / "d") if not n.startswith("."))
-    assert final == sorted(n for n in os.listdir(tmp_path / "reference") if not n.startswith("."))
+    assert final == sorted(n for n in os.listdir(reference) if not n.startswith("."))
     for name in final:
-        assert (tmp_path / "d" / name).read_bytes() == (tmp_path / "reference" / name).read_bytes(), name
+        assert (tmp_path / "d" / name).read_bytes() == (reference / name).read_bytes(), name
 
 
 def test_refusals_are_usage_errors(tmp_path):
@@ -228,8 +238,6 @@ def short(stderr: str) -> bool:
 
 
 def test_a_run_into_the_input_is_refused_while_an_export_reads_it(tmp_path):
-    from rollout_relabel.transforms.lib.worker.faults import PAUSE_ENV
-
     rows = generated_run(tmp_path)
     env = dict(os.environ, **{PAUSE_ENV: "before-rename:1.pt:6"})
     export = subprocess.Popen([sys.executable, "-m", "rollout_relabel", "export", "--input", str(rows), "--output",
@@ -298,33 +306,43 @@ def test_a_truncated_part_is_one_line_exit_2_and_exports_once_the_run_redid_it(t
         assert (tmp_path / "d" / name).read_bytes() == (tmp_path / "reference" / name).read_bytes()
 
 
-def test_ctrl_c_mid_export_is_130_in_one_line_and_the_rerun_completes(tmp_path):
-    from rollout_relabel.transforms.lib.worker.faults import PAUSE_ENV
-
-    rows = generated_run(tmp_path)
-    run_cli("export", "--input", rows, "--output", tmp_path / "reference", "--to", "slime")
-    env = dict(os.environ, **{PAUSE_ENV: "before-rename:1.pt:30"})
-    proc = subprocess.Popen([sys.executable, "-m", "rollout_relabel", "export", "--input", str(rows), "--output",
-                             str(tmp_path / "d"), "--to", "slime"], cwd=ROOT, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 60
-    while not any(n.startswith(".tmp-") for n in (os.listdir(tmp_path / "d") if (tmp_path / "d").exists() else [])):
-        assert time.monotonic() < deadline and proc.poll() is None, "the export never started writing"
-        time.sleep(0.05)
-    proc.send_signal(signal.SIGINT)
-    _, err = proc.communicate(timeout=60)
-    assert proc.returncode == 130, err[-3000:]
-    assert "interrupted" in err and "rerun" in err and short(err), err
-    assert not [n for n in os.listdir(tmp_path / "d") if n.startswith(".tmp-")]
-    proc = run_cli("export", "--input", rows, "--output", tmp_path / "d", "--to", "slime")
-    assert "1 already there" in proc.stdout
-    for name in ("0.pt", "1.pt", "2.pt"):
-        assert (tmp_path / "d" / name).read_bytes() == (tmp_path / "reference" / name).read_bytes()
-
-
 def test_progress_is_shown_on_request_and_not_by_default(tmp_path):
     rows = generated_run(tmp_path)
     shown = run_cli("export", "--input", rows, "--output", tmp_path / "a", "--to", "slime", "--progress")
     assert "relabel export: 3/3" in shown.stderr
     quiet = run_cli("export", "--input", rows, "--output", tmp_path / "b", "--to", "slime", "--no-progress")
     assert quiet.stderr == ""
+def test_a_corrupt_input_manifest_is_one_line_and_exit_2(tmp_path, slime_rows):
+    rows = tmp_path / "rows"
+    shutil.copytree(slime_rows[0], rows)
+    manifest = rows / "_manifest.json"
+    manifest.write_bytes(manifest.read_bytes()[:100])  # cut short, as a copy that stopped half-way leaves it
+    proc = run_cli("export", "--input", rows, "--output", tmp_path / "d", "--to", "slime", check_codes=(2,))
+    assert proc.stderr.splitlines() == [f"relabel: error: --input {rows}: _manifest.json is not an output of "
+                                        "relabel run (damaged or another tool's); rerun `relabel run --overwrite` "
+                                        "into it"], proc.stderr[-2000:]
+    assert not (tmp_path / "d").exists()
+
+
+def test_ctrl_c_mid_export_exits_130_with_one_line_and_a_rerun_completes(tmp_path, slime_rows):
+    rows, reference = slime_rows
+    output = tmp_path / "d"
+    proc = subprocess.Popen([sys.executable, "-m", "rollout_relabel", "export", "--input", str(rows), "--output",
+                             str(output), "--to", "slime"], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=dict(os.environ, **{PAUSE_ENV: "before-rename:1.pt:60"}))
+    deadline = time.monotonic() + 60
+    while not any(n.startswith(".") and n.endswith("1.pt") for n in (os.listdir(output) if output.exists() else [])):
+        assert time.monotonic() < deadline and proc.poll() is None, "the export never paused before writing 1.pt"
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err[-2000:]
+    assert err.splitlines() == ["relabel: interrupted: committed files are kept; rerun the same `relabel export` "
+                                "to finish what is missing"], err[-2000:]
+    assert sorted(os.listdir(output)) == ["0.pt", "_export.json"]  # no temporary file, no manifest
+    resumed = run_cli("export", "--input", rows, "--output", output, "--to", "slime")
+    assert "(2 written, 1 already there)" in resumed.stdout, resumed.stdout
+    final = sorted(os.listdir(output))
+    assert final == sorted(os.listdir(reference))
+    for name in final:
+        assert (output / name).read_bytes() == (reference / name).read_bytes(), name

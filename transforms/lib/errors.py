@@ -1,7 +1,7 @@
 """Every failure the project raises on purpose, and the exit code each one means.
 
 Exit codes come from these types, never from an exception's text. A worker
-that stops a run on purpose (RunStopped) also commits a stop record in the
+that stops a run on purpose (RunStopped) also commits a stop file in the
 output directory (transforms/lib/output/output_dir.py), because runners deliver a
 worker's exception to the driver as text; the driver reads the record back
 as the same type.
@@ -50,6 +50,11 @@ def printable(message: str) -> str:
 class DamagedOutput(UsageError):
     """A file the tool wrote is damaged (truncated, rewritten by hand): the command that writes it must run
     again before its output can be read."""
+
+
+class CommitConflict(UsageError):
+    """A Delta commit lost to a concurrent one that replaced the same run first: nothing of this one is
+    committed (the table shows the winner's version); rerunning replaces it."""
 
 
 class BadFile(Exception):

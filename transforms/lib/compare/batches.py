@@ -44,7 +44,7 @@ COUNTS = ("rows", "compared", "dead_a", "dead_b", "filtered_a", "filtered_b", "d
 
 @dataclass
 class BatchComparison:
-    record: dict                                 # counts of the batch (COUNTS and more), JSON-able
+    counts: dict                                 # counts of the batch (COUNTS and more), JSON-able
     groups: list[dict] = field(default_factory=list)
     points: list[tuple] = field(default_factory=list)  # (sample key, file name, row, a, b)
 
@@ -73,10 +73,11 @@ def compare_batch(batch_key: str, parts: list[tuple[str, pa.Table]], prompt_grou
     if a.stored_column is None:
         side_a = label_batch(batch_key, parts, prompt_group_sizes, a.labeling, device)
         adv_a, state_a, _ = _aligned(side_a, parts)
-        dead_a_by_reason = _reasons(side_a.dead)
+        dead_a_by_reason, filtered_a_by_reason = _reasons(side_a.dead), _reasons(side_a.filtered)
         groups_a, uniform_groups_a = side_a.counters.groups, side_a.counters.uniform_groups
     else:
         adv_a, state_a, dead_a_by_reason = _stored(slim, len(adv_b))
+        filtered_a_by_reason = {}
         groups_a, uniform_groups_a = _stored_groups(adv_a, state_a, group_b)
     n = len(adv_a)
     file_rows = np.concatenate([np.asarray(t.column("row")) for _, t in parts]) if parts else np.zeros(0, np.int64)
@@ -90,13 +91,15 @@ def compare_batch(batch_key: str, parts: list[tuple[str, pa.Table]], prompt_grou
     wrong_sign = compared & ~zero_a & ~zero_b & (np.sign(adv_a) != np.sign(adv_b))
     differs = (state_b == LIVE) & ~agree  # rows of B's groups that A did not label the same
 
-    record = {
+    counts = {
         "batch": batch_key, "step": step, "label": label,
         "rows": n, "compared": int(compared.sum()),
         "dead_a": int((state_a == DEAD).sum()), "dead_b": int((state_b == DEAD).sum()),
         "dead_both": int(((state_a == DEAD) & (state_b == DEAD)).sum()),
         "filtered_a": int((state_a == FILTERED).sum()), "filtered_b": int((state_b == FILTERED).sum()),
         "dead_a_by_reason": dead_a_by_reason, "dead_b_by_reason": _reasons(side_b.dead),
+        "filtered_a_by_reason": filtered_a_by_reason,
+        "filtered_b_by_reason": _reasons(side_b.filtered),
         "agree": int(agree.sum()), "wrong_sign": int(wrong_sign.sum()),
         "zero_to_nonzero": int((compared & zero_a & ~zero_b).sum()),
         "nonzero_to_zero": int((compared & ~zero_a & zero_b).sum()),
@@ -106,10 +109,10 @@ def compare_batch(batch_key: str, parts: list[tuple[str, pa.Table]], prompt_grou
         "groups_a": groups_a, "groups_b": side_b.counters.groups,
         "uniform_groups_a": uniform_groups_a, "uniform_groups_b": side_b.counters.uniform_groups,
     }
-    groups, record["groups_differing"], record["group_sizes"] = _groups(
+    groups, counts["groups_differing"], counts["group_sizes"] = _groups(
         slim, group_b, differs, wrong_sign, delta, compared, state_a, file_names, file_rows, label)
     points = _sample(compared, file_names, file_rows, adv_a, adv_b)
-    return BatchComparison(record, sorted(groups, key=group_rank), points)
+    return BatchComparison(counts, sorted(groups, key=group_rank), points)
 
 
 def _aligned(side: BatchResult, parts):
@@ -245,8 +248,8 @@ def _sample(compared, file_names, file_rows, adv_a, adv_b) -> list[tuple]:
 
 # ---------------------------------------------------------------- the whole run
 
-def step_order(record: dict):
-    return (0, record["step"], "") if record["step"] is not None else (1, 0, record["label"])
+def step_order(counts: dict):
+    return (0, counts["step"], "") if counts["step"] is not None else (1, 0, counts["label"])
 
 
 def summarize(batches: list[dict], files: list[dict], groups: list[dict], points: list[tuple], a: dict,
@@ -273,6 +276,11 @@ def summarize(batches: list[dict], files: list[dict], groups: list[dict], points
             if f["reason"]:
                 reasons[f"{f['reason']} (file)"] = reasons.get(f"{f['reason']} (file)", 0) + 1
         totals[f"dead_{side}_by_reason"] = dict(sorted(reasons.items()))
+        filtered: dict[str, int] = {}
+        for r in batches:
+            for reason, count in r[f"filtered_{side}_by_reason"].items():
+                filtered[reason] = filtered.get(reason, 0) + count
+        totals[f"filtered_{side}_by_reason"] = dict(sorted(filtered.items()))
     _add_fractions(totals)
     steps = []
     for r in batches:

@@ -5,11 +5,13 @@ Shared by slim extraction (transforms/lib/labeling/slim.py) and the written tabl
 """
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from rollout_relabel.transforms.core.reasons import CODE
+from rollout_relabel.transforms.core.reasons import CODE, Reason
 from rollout_relabel.transforms.lib.errors import BadFile
 from rollout_relabel.transforms.lib.hooks.sample_core import ill_typed_text
 
@@ -17,6 +19,10 @@ INTEGER_COLUMNS = ("step", "group_index", "index", "rollout_id", "response_lengt
 # Keys: integers, or any value that can be told apart as text (a uid, a task id, the prompt itself)
 KEY_COLUMNS = ("group_index", "index", "rollout_id")
 INT64_MAX = 2 ** 63 - 1
+
+
+def _is_list(kind) -> bool:
+    return pa.types.is_list(kind) or pa.types.is_large_list(kind)
 
 
 def usable_columns(table, source, problem, details):
@@ -34,7 +40,7 @@ def usable_columns(table, source, problem, details):
         if name in KEY_COLUMNS:
             keys = key_column(column)
             if keys is None:
-                flag(problem, details, np.ones(table.num_rows, dtype=bool), "ill-typed-column",
+                flag(problem, details, np.ones(table.num_rows, dtype=bool), Reason.ILL_TYPED_COLUMN,
                      lambda i, name=name, kind=column.type: ill_typed_text(name, kind, "integers or strings"))
                 table = table.drop_columns([name])
             elif keys is not column:
@@ -43,13 +49,18 @@ def usable_columns(table, source, problem, details):
         if name in INTEGER_COLUMNS and pa.types.is_uint64(column.type) and pc.max(column).as_py() is not None \
                 and pc.max(column).as_py() > INT64_MAX:
             # a key beyond int64 cannot be told from others: its group, so its batch, is unknown
-            raise BadFile("value-too-large", f"{source}: `{name}` holds {pc.max(column).as_py()}, beyond the "
+            raise BadFile(Reason.VALUE_TOO_LARGE, f"{source}: `{name}` holds {pc.max(column).as_py()}, beyond the "
                                              "int64 range")
         if name in INTEGER_COLUMNS and not pa.types.is_integer(column.type):
             if pa.types.is_floating(column.type) and integral(column):
                 table = table.set_column(table.column_names.index(name), name, pc.cast(column, pa.int64()))
                 continue
             expected = "integers"
+        elif name == "loss_mask" and _is_list(column.type) and pa.types.is_null(column.type.value_type):
+            # every mask empty (or all its values null): Arrow infers list<null>; as integers, nulls kept
+            kind = pa.large_list(pa.int64()) if pa.types.is_large_list(column.type) else pa.list_(pa.int64())
+            table = table.set_column(table.column_names.index(name), name, pc.cast(column, kind))
+            continue
         elif name == "loss_mask" and not ((pa.types.is_list(column.type) or pa.types.is_large_list(column.type))
                                           and pa.types.is_integer(column.type.value_type)):
             expected = "a list of integers"
@@ -62,8 +73,8 @@ def usable_columns(table, source, problem, details):
             expected = "strings"
         if expected:
             if name == "step":
-                raise BadFile("ill-typed-column", f"{source}: `step` has type {column.type}, expected integers")
-            flag(problem, details, np.ones(table.num_rows, dtype=bool), "ill-typed-column",
+                raise BadFile(Reason.ILL_TYPED_COLUMN, f"{source}: `step` has type {column.type}, expected integers")
+            flag(problem, details, np.ones(table.num_rows, dtype=bool), Reason.ILL_TYPED_COLUMN,
                   lambda i, name=name, kind=column.type, expected=expected: ill_typed_text(name, kind, expected))
             table = table.drop_columns([name])
     return table
@@ -123,14 +134,6 @@ def int_column(table, name):
     return fill(pc.cast(table.column(name), pa.int64()), 0).astype(np.int64)
 
 
-def optional_int(table, name):
-    n = table.num_rows
-    if name not in table.column_names:
-        return np.zeros(n, dtype=np.int64), np.zeros(n, dtype=bool)
-    column = pc.cast(table.column(name), pa.int64())
-    return fill(column, 0).astype(np.int64), np.asarray(column.is_valid())
-
-
 def bool_column(table, name):
     if name not in table.column_names:
         return np.zeros(table.num_rows, dtype=bool)
@@ -150,3 +153,79 @@ def list_sums(lists) -> np.ndarray:
     if nonempty.any():  # each non-empty list runs from its start to the next one's: reduceat's segments
         sums[nonempty] = np.add.reduceat(values, starts[nonempty], dtype=np.int64)
     return np.where(np.asarray(lists.is_valid()), sums, 0)
+
+
+def lookup_path(table, path, what="baseline"):
+    """The values at `path`: a column, or a dotted path into a struct, map or JSON-text column; a number
+    steps into a list (`rewards.0`: the first element, null where the list is shorter).
+
+    JSON text (a string column of JSON objects: as a JSONL or Parquet input may hold them, and as the .pt
+    reader stores dicts of mixed types) is read as a struct would be: the values at the path keep their
+    type (text ids stay text, integers stay integers; json_values says how).
+
+    Returns (Arrow array, None) or (None, why it cannot be read)."""
+    if path in table.column_names:
+        return table.column(path).combine_chunks(), None
+    top, *steps = path.split(".")
+    if top not in table.column_names:
+        return None, f"the file has no column {top!r} (for {what} {path!r})"
+    values = table.column(top).combine_chunks()
+    for depth, step in enumerate(steps):
+        kind = values.type
+        if (pa.types.is_list(kind) or pa.types.is_large_list(kind)) and step.isdigit():
+            lengths = fill(pc.list_value_length(values), 0)
+            short = np.asarray(values.is_null()) | (lengths <= int(step))
+            safe = pc.if_else(pa.array(short), pa.scalar(None, kind), values)
+            values = pc.list_element(pc.fill_null(safe, pa.scalar([None] * (int(step) + 1), kind)), int(step))
+            continue
+        if pa.types.is_struct(kind):
+            if kind.get_field_index(step) < 0:
+                where = ".".join([top] + steps[:depth])
+                return None, f"{where} has no field {step!r} (fields: {', '.join(f.name for f in kind)})"
+            values = pc.struct_field(values, step)
+        elif pa.types.is_map(kind) and _is_text(kind.key_type):
+            values = pc.map_lookup(values, pa.scalar(step, kind.key_type), "first")
+        elif _is_text(kind):
+            return json_values(values, steps[depth:]), None
+        else:
+            return None, f"{'.'.join([top] + steps[:depth])} has type {kind}: no field {step!r} in it"
+    return values, None
+
+
+def json_values(texts, steps) -> pa.Array:
+    """The values at `steps` inside each row's JSON text (null where the text is not JSON or the path is
+    absent), typed as one column: integers as int64 (text when one is beyond int64: kept exact),
+    numbers with a fraction as float64, text as text, booleans as booleans; a mix of kinds, as text
+    (each value its JSON text: a key tells them apart, a reward of mixed kinds is not numeric). A loop
+    over rows, only for JSON text."""
+    found = []
+    for text in texts.to_pylist():
+        try:
+            value = json.loads(text) if text is not None else None
+        except (ValueError, RecursionError):  # not JSON (plain text), or nested beyond the parser: no value
+            value = None
+        for step in steps:
+            if isinstance(value, dict):
+                value = value.get(step)
+            elif isinstance(value, list) and step.isdigit():
+                value = value[int(step)] if int(step) < len(value) else None
+            else:
+                value = None
+        found.append(value)
+    present = [v for v in found if v is not None]
+    kinds = {bool if isinstance(v, bool) else int if isinstance(v, int) else float if isinstance(v, float)
+             else str if isinstance(v, str) else object for v in present}
+    if not present:
+        return pa.nulls(len(found), pa.float64())
+    if kinds == {int} and all(-INT64_MAX - 1 <= v <= INT64_MAX for v in present):
+        return pa.array(found, pa.int64())
+    if kinds <= {int, float} and float in kinds:
+        return pa.array([None if v is None else float(v) for v in found], pa.float64())
+    if kinds == {bool}:
+        return pa.array(found, pa.bool_())
+    if kinds == {object}:
+        try:
+            return pa.array(found)
+        except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, OverflowError):
+            pass
+    return pa.array([None if v is None else v if isinstance(v, str) else json.dumps(v) for v in found], pa.string())

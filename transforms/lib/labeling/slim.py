@@ -5,13 +5,12 @@ position matters for positional grouping) and kills its prompt group later.
 """
 from __future__ import annotations
 
-import json
-
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from rollout_relabel import schemas
+from rollout_relabel.transforms.core.reasons import Reason
 from rollout_relabel.transforms.lib.errors import BadFile
 from rollout_relabel.transforms.lib.hooks.sample_core import (
     FLOAT32_MAX,
@@ -30,9 +29,15 @@ from rollout_relabel.transforms.lib.labeling.columns import (
     flag,
     int_column,
     list_sums,
+    lookup_path,
     usable_columns,
 )
-from rollout_relabel.transforms.lib.labeling.settings import RewardFields
+from rollout_relabel.transforms.lib.labeling.settings import Labeling
+
+
+def mask_value_text(count: int, values: list) -> str:
+    first = next(v for v in values if v is not None and v not in (0, 1))
+    return f"loss_mask holds {count} value(s) other than 0 and 1 (first: {first}); each token trains (1) or not (0)"
 
 
 def batch_key_of(source: str, step) -> str:
@@ -42,47 +47,110 @@ def batch_key_of(source: str, step) -> str:
 
 
 
-def slim_input_columns(reward: RewardFields | None = None) -> tuple[str, ...]:
-    """The input columns slim extraction reads: the interpreted ones, and the baseline's column."""
-    if reward is None:
+def slim_input_columns(labeling: Labeling | None = None, stored_advantage: str | None = None) -> tuple[str, ...]:
+    """The input columns slim extraction reads: the interpreted ones (where --column maps them), the
+    baseline's column, and the column of an advantage stored in the input."""
+    if labeling is None and stored_advantage is None:
         return schemas.SLIM_INPUT_COLUMNS
-    extra = mapped_sources(reward.columns)
-    for path in (reward.baseline_column, reward.stored_advantage):
+    labeling = labeling or Labeling()
+    extra = mapped_sources(labeling.columns)
+    for path in (labeling.baseline_column, stored_advantage, labeling.read_version_column(),
+                 labeling.filter_metric):
         if path is not None:
             extra += (path, path.split(".", 1)[0])
     return tuple(dict.fromkeys(schemas.SLIM_INPUT_COLUMNS + extra))
 
 
-def extract_slim(table: pa.Table, source: str, reward: RewardFields | str | None = None
-                 ) -> list[tuple[str, pa.Table]]:
+def extract_slim(table: pa.Table, source: str, labeling: Labeling | str | None = None,
+                 stored_advantage: str | None = None) -> list[tuple[str, pa.Table]]:
     """Split a file's rows by batch and reduce them to the slim columns the core needs.
 
-    `reward`: where the reward value comes from (RewardFields; a plain string is a --reward-key).
+    `labeling`: the options that say where each value is read (the reward and its keys and weights, the
+    baseline, --column, --batch-from, --group-key); a plain string is a --reward-key. `stored_advantage`:
+    `relabel compare --a column:NAME`, the advantage the input stores.
     Row problems are found here, vectorized; a bad row stays in its batch (its
     position matters for positional grouping) and kills its prompt group later.
     """
-    fields = reward if isinstance(reward, RewardFields) else RewardFields(key=reward)
+    fields = labeling if isinstance(labeling, Labeling) else Labeling(reward_key=labeling)
     n = table.num_rows
     problem = np.zeros(n, dtype=np.int64)
     details: dict[int, str] = {}
-    table = mapped_columns(table, fields.columns, problem, details)
+    table, legacy_verl = _usable_rows(table, source, fields, problem, details)
+    reward, parts = _rewards(table, fields, problem, details)
+    trainable = _trainable_tokens(table, problem, details)
+    group_index, group_text = _group_keys(table, fields, legacy_verl)
+    rollout_key, rollout_text = _rollout_key(table)
+    baseline = None
+    if fields.baseline_column is not None:  # after every row problem: a problem's text wins its row's detail
+        baseline = _baseline_values(table, fields.baseline_column, problem, details)
+    stored = None
+    if stored_advantage is not None:
+        stored = stored_advantage_values(table, stored_advantage)
+    version = metric = None
+    if fields.read_version_column() is not None:
+        version = _version_values(table, fields.read_version_column(), problem, details)
+    if fields.filter_metric is not None:
+        metric = _metric_values(table, fields.filter_metric, problem, details)
+    columns = {
+        "row": pa.array(np.arange(n, dtype=np.int64)),
+        "reward": pa.array(np.where(problem == 0, reward, 0.0)),
+        "trainable": pa.array(trainable.astype(np.int64)),
+        "group_index": group_index,
+        "rollout_key": rollout_key,
+        "problem": pa.array(problem),
+        "detail": _detail_column(details, n),
+    }
+    optional = {
+        "reward_parts": _parts_column(parts, problem) if parts is not None else None,
+        "baseline": pa.array(baseline, mask=~np.isfinite(baseline)) if baseline is not None else None,
+        "group_text": group_text,
+        "rollout_text": rollout_text,
+        "stored_advantage": stored,
+        "version": pa.array(version, mask=~np.isfinite(version)) if version is not None else None,
+        "metric": pa.array(metric, mask=~np.isfinite(metric)) if metric is not None else None,
+    }
+    columns.update((name, column) for name, column in optional.items() if column is not None)
+    slim = pa.table(columns, schema=schemas.slim_schema(parts is not None, baseline is not None,
+                                                        group_text is not None, rollout_text is not None,
+                                                        stored is not None, version is not None,
+                                                        metric is not None))
+    return _by_batch(table, source, fields, slim)
+
+
+def _usable_rows(table: pa.Table, source: str, fields: Labeling, problem, details) -> tuple[pa.Table, bool]:
+    """(the table as the interpreted columns see it (--column), whether it is a legacy verl dump): malformed
+    lines flagged first (their nulls are not the row's problem), then each interpreted column checked for a
+    usable type."""
+    n = table.num_rows
+    columns, legacy_verl = _verl_columns(table, fields)
+    table = mapped_columns(table, columns, problem, details)
     malformed = malformed_lines(table)
-    if malformed:  # first: its nulls are not the row's problem
+    if malformed:
         where = np.zeros(n, dtype=bool)
         where[list(malformed)] = True
-        flag(problem, details, where, "malformed-line", lambda i: malformed[i])
+        flag(problem, details, where, Reason.MALFORMED_LINE, lambda i: malformed[i])
         table = _around_malformed(table, where, source)
-    table = usable_columns(table, source, problem, details)
+    return usable_columns(table, source, problem, details), legacy_verl
 
-    parts = None
-    if fields.keys is None:
-        reward = _reward_values(table, fields.key, problem, details)
+
+def _rewards(table: pa.Table, fields: Labeling, problem, details) -> tuple[np.ndarray, np.ndarray | None]:
+    """(each row's reward value, each row's per-key values under --reward-keys, else None)."""
+    parts, keys = None, fields.core.reward_keys
+    if keys is None:
+        reward = _reward_values(table, fields.reward_key, problem, details)
     else:
-        parts = _reward_parts(table, fields.keys, problem, details)
-        reward = _weighted_sum(parts, fields.weights or (1.0,) * len(fields.keys), fields.keys, problem, details)
+        parts = _reward_parts(table, keys, problem, details)
+        reward = _weighted_sum(parts, fields.core.weights, keys, problem, details)
     # rewards and advantages are written as float32: a value beyond its range would be written as inf
-    flag(problem, details, np.isfinite(reward) & (np.abs(reward) > FLOAT32_MAX), "value-too-large",
+    flag(problem, details, np.isfinite(reward) & (np.abs(reward) > FLOAT32_MAX), Reason.VALUE_TOO_LARGE,
          lambda i: f"reward {reward[i]!r} does not fit float32 (largest {FLOAT32_MAX:.6g})")
+    return reward, parts
+
+
+def _trainable_tokens(table: pa.Table, problem, details) -> np.ndarray:
+    """Each row's trainable tokens (its loss mask's sum, else its response length; 0 when removed), with
+    the length and mask checks flagged."""
+    n = table.num_rows
     response_length = int_column(table, "response_length")
     mask = table.column("loss_mask").combine_chunks() if "loss_mask" in table.column_names else None
     has_mask = np.zeros(n, dtype=bool) if mask is None else np.asarray(mask.is_valid())
@@ -93,77 +161,84 @@ def extract_slim(table: pa.Table, source: str, reward: RewardFields | str | None
                     if response_length is not None else np.zeros(n, dtype=bool))
     length = np.where(length_given, length, mask_len)
 
-    flag(problem, details, length_given & (length < 0), "negative-length",
-          lambda i: negative_length_text(length[i]))
-    flag(problem, details, (length > MAX_RESPONSE_TOKENS) | (mask_len > MAX_RESPONSE_TOKENS), "value-too-large",
-          lambda i: too_large_text(max(length[i], mask_len[i])))
-    flag(problem, details, has_mask & length_given & (mask_len != length), "mask-length",
-          lambda i: mask_length_text(mask_len[i], length[i]))
+    flag(problem, details, length_given & (length < 0), Reason.NEGATIVE_LENGTH,
+         lambda i: negative_length_text(length[i]))
+    flag(problem, details, (length > MAX_RESPONSE_TOKENS) | (mask_len > MAX_RESPONSE_TOKENS), Reason.VALUE_TOO_LARGE,
+         lambda i: too_large_text(max(length[i], mask_len[i])))
+    flag(problem, details, has_mask & length_given & (mask_len != length), Reason.MASK_LENGTH,
+         lambda i: mask_length_text(mask_len[i], length[i]))
     if mask is not None and mask.values.null_count:
         null_tokens = list_sums(pa.ListArray.from_arrays(mask.offsets, pc.cast(mask.values.is_null(), pa.int8())))
-        flag(problem, details, has_mask & (null_tokens > 0), "null-mask-value",
-              lambda i: null_mask_text(null_tokens[i], mask_len[i]))
+        flag(problem, details, has_mask & (null_tokens > 0), Reason.NULL_MASK_VALUE,
+             lambda i: null_mask_text(null_tokens[i], mask_len[i]))
+    if mask is not None:  # 0 or 1 each: another value would weigh the token's loss (negative sums were written)
+        values = mask.values
+        odd = pc.and_(pc.is_valid(values), pc.invert(pc.is_in(values, value_set=pa.array([0, 1], values.type))))
+        odd_tokens = list_sums(pa.ListArray.from_arrays(mask.offsets, pc.cast(pc.fill_null(odd, False), pa.int8())))
+        flag(problem, details, has_mask & (odd_tokens > 0), Reason.MASK_VALUE,
+             lambda i: mask_value_text(odd_tokens[i], mask[i].as_py()))
     remove = bool_column(table, "remove_sample")
-    trainable = np.where(remove, 0, np.where(has_mask, mask_sum, np.maximum(length, 0)))
+    return np.where(remove, 0, np.where(has_mask, mask_sum, np.maximum(length, 0)))
 
+
+def _group_keys(table: pa.Table, fields: Labeling, legacy_verl: bool = False):
+    """(group_index, group_text): the prompt-group key as an integer, or as text when any row's is text."""
     group_index, group_text = _key(table, "group_index")
-    if fields.group_key == "verl-uid":  # {uid}_{session}_{index} -> {uid} (verl: uid.rsplit("_", 2)[0])
+    if fields.group_key == "verl-uid" and not legacy_verl:  # {uid}_{session}_{index} -> {uid} (uid.rsplit("_", 2)[0])
         text = group_text if group_text is not None else pc.cast(group_index, pa.string())
         group_text = pc.replace_substring_regex(text, r"_[^_]*_[^_]*$", "")
         group_index = _placeholder(group_text)
-    rollout_key, rollout_text = _rollout_key(table)
-    baseline = None
-    if fields.baseline_column is not None:  # after every row problem: a problem's text wins its row's detail
-        baseline = _baseline_values(table, fields.baseline_column, problem, details)
-    stored = None
-    if fields.stored_advantage is not None:
-        stored = stored_advantage_values(table, fields.stored_advantage)
-    if details:
-        detail = [None] * n
-        for i, text in details.items():
-            detail[i] = text
-        detail = pa.array(detail, pa.string())
-    else:
-        detail = pa.nulls(n, pa.string())
-    columns = {
-        "row": pa.array(np.arange(n, dtype=np.int64)),
-        "reward": pa.array(np.where(problem == 0, reward, 0.0)),
-        "trainable": pa.array(trainable.astype(np.int64)),
-        "group_index": group_index,
-        "rollout_key": rollout_key,
-        "problem": pa.array(problem),
-        "detail": detail,
-    }
-    if parts is not None:
-        width = parts.shape[1]
-        kept = np.where((problem == 0)[:, None], parts, 0.0).reshape(-1)
-        columns["reward_parts"] = pa.ListArray.from_arrays(pa.array(np.arange(n + 1, dtype=np.int32) * width),
-                                                           pa.array(kept))
-    if baseline is not None:
-        columns["baseline"] = pa.array(baseline, mask=~np.isfinite(baseline))
-    if group_text is not None:
-        columns["group_text"] = group_text
-    if rollout_text is not None:
-        columns["rollout_text"] = rollout_text
-    if stored is not None:
-        columns["stored_advantage"] = stored
-    slim = pa.table(columns, schema=schemas.slim_schema(parts is not None, baseline is not None,
-                                                        group_text is not None, rollout_text is not None,
-                                                        stored is not None))
+    return group_index, group_text
 
+
+def _detail_column(details: dict[int, str], n: int) -> pa.Array:
+    if not details:
+        return pa.nulls(n, pa.string())
+    detail = [None] * n
+    for i, text in details.items():
+        detail[i] = text
+    return pa.array(detail, pa.string())
+
+
+def _parts_column(parts: np.ndarray, problem: np.ndarray) -> pa.Array:
+    """The per-key reward values as a list per row (zeros on a row with a problem)."""
+    n, width = len(problem), parts.shape[1]
+    kept = np.where((problem == 0)[:, None], parts, 0.0).reshape(-1)
+    return pa.ListArray.from_arrays(pa.array(np.arange(n + 1, dtype=np.int32) * width), pa.array(kept))
+
+
+def _by_batch(table: pa.Table, source: str, fields: Labeling, slim: pa.Table) -> list[tuple[str, pa.Table]]:
+    """The slim rows split by batch: one folder, one file, or the file's `step` values (a null step: BadFile)."""
     if fields.batch_from == "folder":
         return [(f"folder={source.rsplit('/', 1)[0] if '/' in source else '.'}", slim)]
     if "step" not in table.column_names or fields.batch_from == "file":
         return [(batch_key_of(source, None), slim)]
     steps = table.column("step")
     if steps.null_count:
-        raise BadFile("missing-column", f"{source}: `step` is null on {steps.null_count} rows "
+        raise BadFile(Reason.MISSING_COLUMN, f"{source}: `step` is null on {steps.null_count} rows "
                                             f"(first: row {first_null(steps)}); every row needs its batch")
     step_values = steps.to_numpy()
     unique = np.unique(step_values)
     if len(unique) == 1:  # the usual file: one step, no rows to split off
         return [(batch_key_of(source, int(unique[0])), slim)]
     return [(batch_key_of(source, int(step)), slim.filter(pa.array(step_values == step))) for step in unique]
+
+
+def _verl_columns(table: pa.Table, fields: Labeling) -> tuple[tuple[str, ...] | None, bool]:
+    """(the --column mapping to read `table` with, whether it is a legacy verl dump).
+
+    Under --group-key verl-uid, a file without the uid column (verl's legacy trainer writes none; its
+    `_write_generations` in verl/trainer/ppo/ray_trainer.py, verl-project/verl@1dda039b9c63) is grouped by
+    identical `input` text, the prompt its responses share, taken whole (no suffix to cut)."""
+    columns = fields.columns
+    if fields.group_key != "verl-uid" or "input" not in table.column_names:
+        return columns, False
+    source = dict(item.partition("=")[::2] for item in columns or ()).get("group_index", "group_index")
+    if source.split(".", 1)[0] in table.column_names:
+        return columns, False
+    kept = tuple(item for item in columns or () if item.partition("=")[0] != "group_index")
+    return kept + ("group_index=input",), True
+
 
 def mapped_columns(table: pa.Table, columns, problem=None, details=None) -> pa.Table:
     """The table as the interpreted columns see it under --column NAME=SOURCE: NAME holds SOURCE's values
@@ -174,15 +249,15 @@ def mapped_columns(table: pa.Table, columns, problem=None, details=None) -> pa.T
     metadata = table.schema.metadata
     for item in columns:
         name, _, source = item.partition("=")
-        values, why = _lookup_path(table, source, name)
+        values, why = lookup_path(table, source, name)
         if name in table.column_names:
             table = table.drop_columns([name])
         if values is None:
             if problem is not None:
-                flag(problem, details, np.ones(table.num_rows, dtype=bool), "missing-column",
+                flag(problem, details, np.ones(table.num_rows, dtype=bool), Reason.MISSING_COLUMN,
                      lambda i, why=why, item=item: f"--column {item}: {why}")
             continue
-        table = table.append_column(name, pa.array(values) if isinstance(values, np.ndarray) else values)
+        table = table.append_column(name, values)
     return table.replace_schema_metadata(metadata)
 
 
@@ -238,44 +313,45 @@ def _rollout_key(table):
 def _reward_values(table, reward_key, problem, details):
     n = table.num_rows
     if "reward" not in table.column_names:
-        flag(problem, details, np.ones(n, dtype=bool), "missing-column", lambda i: "the file has no `reward` column")
+        flag(problem, details, np.ones(n, dtype=bool), Reason.MISSING_COLUMN,
+             lambda i: "the file has no `reward` column")
         return np.zeros(n)
     column = table.column("reward")
     kind = column.type
     if reward_key is None:
         if not _is_number(kind):
-            flag(problem, details, np.ones(n, dtype=bool), "non-numeric-reward",
+            flag(problem, details, np.ones(n, dtype=bool), Reason.NON_NUMERIC_REWARD,
                   lambda i: reward_type_text(str(kind), None))
             return np.zeros(n)
         values = column
     elif pa.types.is_struct(kind):
         if kind.get_field_index(reward_key) < 0:
             fields = ", ".join(f.name for f in kind)
-            flag(problem, details, np.ones(n, dtype=bool), "missing-reward-key",
+            flag(problem, details, np.ones(n, dtype=bool), Reason.MISSING_REWARD_KEY,
                   lambda i: f"reward struct has no field {reward_key!r} (fields: {fields})")
             return np.zeros(n)
         values = pc.struct_field(column, reward_key)
         absent = np.asarray(values.is_null()) & np.asarray(column.is_valid())
-        flag(problem, details, absent, "missing-reward-key", lambda i: f"reward[{reward_key!r}] is null")
+        flag(problem, details, absent, Reason.MISSING_REWARD_KEY, lambda i: f"reward[{reward_key!r}] is null")
     elif pa.types.is_map(kind):
         values = pc.map_lookup(column, pa.scalar(reward_key, kind.key_type), "first")
         absent = np.asarray(values.is_null()) & np.asarray(column.is_valid())
-        flag(problem, details, absent, "missing-reward-key", lambda i: f"reward map has no key {reward_key!r}")
+        flag(problem, details, absent, Reason.MISSING_REWARD_KEY, lambda i: f"reward map has no key {reward_key!r}")
     else:
-        flag(problem, details, np.ones(n, dtype=bool), "missing-reward-key",
+        flag(problem, details, np.ones(n, dtype=bool), Reason.MISSING_REWARD_KEY,
               lambda i: reward_type_text(str(kind), reward_key))
         return np.zeros(n)
     if not _is_number(values.type):
-        flag(problem, details, np.ones(n, dtype=bool), "non-numeric-reward",
+        flag(problem, details, np.ones(n, dtype=bool), Reason.NON_NUMERIC_REWARD,
               lambda i: f"reward[{reward_key!r}] has type {values.type}")
         return np.zeros(n)
     inexact = _beyond_float64_integers(values)
     numbers = fill(pc.cast(values, pa.float64(), safe=False), np.nan)
     null = np.asarray(column.is_null())
-    flag(problem, details, null, "non-numeric-reward", lambda i: "reward is null")
-    flag(problem, details, inexact, "value-too-large",
+    flag(problem, details, null, Reason.NON_NUMERIC_REWARD, lambda i: "reward is null")
+    flag(problem, details, inexact, Reason.VALUE_TOO_LARGE,
          lambda i: f"reward {values[i].as_py()} is an integer beyond 2**53: no float holds it exactly")
-    flag(problem, details, ~null & ~np.isfinite(numbers), "non-finite-reward",
+    flag(problem, details, ~null & ~np.isfinite(numbers), Reason.NON_FINITE_REWARD,
          lambda i: f"reward is {numbers[i]}")
     return numbers
 
@@ -296,36 +372,37 @@ def _reward_parts(table, keys, problem, details) -> np.ndarray:
     n = table.num_rows
     parts = np.full((n, len(keys)), np.nan)
     if "reward" not in table.column_names:
-        flag(problem, details, np.ones(n, dtype=bool), "missing-column", lambda i: "the file has no `reward` column")
+        flag(problem, details, np.ones(n, dtype=bool), Reason.MISSING_COLUMN,
+             lambda i: "the file has no `reward` column")
         return parts
     column = table.column("reward")
     kind = column.type
     null = np.asarray(column.is_null())
     if not (pa.types.is_struct(kind) or pa.types.is_map(kind)):
-        flag(problem, details, ~null, "missing-reward-key",
+        flag(problem, details, ~null, Reason.MISSING_REWARD_KEY,
              lambda i: f"--reward-keys {','.join(keys)} given but reward has type {kind}")
-        flag(problem, details, null, "non-numeric-reward", lambda i: "reward is null")
+        flag(problem, details, null, Reason.NON_NUMERIC_REWARD, lambda i: "reward is null")
         return parts
     for j, key in enumerate(keys):
         if pa.types.is_struct(kind) and kind.get_field_index(key) < 0:
             names = ", ".join(f.name for f in kind)
-            flag(problem, details, ~null, "missing-reward-key",
+            flag(problem, details, ~null, Reason.MISSING_REWARD_KEY,
                  lambda i, key=key, names=names: f"reward struct has no field {key!r} (fields: {names})")
             continue
         values = (pc.struct_field(column, key) if pa.types.is_struct(kind)
                   else pc.map_lookup(column, pa.scalar(key, kind.key_type), "first"))
         if not _is_number(values.type):
-            flag(problem, details, ~null & np.asarray(values.is_valid()), "missing-reward-key",
+            flag(problem, details, ~null & np.asarray(values.is_valid()), Reason.MISSING_REWARD_KEY,
                  lambda i, key=key, t=values.type: f"reward[{key!r}] has type {t}, not a number")
         else:
             parts[:, j] = fill(pc.cast(values, pa.float64()), np.nan)
         absent = np.asarray(values.is_null()) & ~null
-        flag(problem, details, absent, "missing-reward-key",
+        flag(problem, details, absent, Reason.MISSING_REWARD_KEY,
              lambda i, key=key: f"reward[{key!r}] is null" if pa.types.is_struct(kind)
              else f"reward map has no key {key!r}")
-    flag(problem, details, null, "non-numeric-reward", lambda i: "reward is null")
+    flag(problem, details, null, Reason.NON_NUMERIC_REWARD, lambda i: "reward is null")
     bad = ~np.isfinite(parts)
-    flag(problem, details, bad.any(axis=1), "non-finite-reward",
+    flag(problem, details, bad.any(axis=1), Reason.NON_FINITE_REWARD,
          lambda i: "; ".join(f"reward[{keys[j]!r}] is {parts[i, j]}" for j in np.flatnonzero(bad[i])))
     return parts
 
@@ -336,7 +413,7 @@ def _weighted_sum(parts, weights, keys, problem, details) -> np.ndarray:
     with np.errstate(all="ignore"):  # an overflow is flagged below
         for j, weight in enumerate(weights):  # a loop over keys, not rows
             total += weight * parts[:, j]
-    flag(problem, details, ~np.isfinite(total), "non-finite-reward",
+    flag(problem, details, ~np.isfinite(total), Reason.NON_FINITE_REWARD,
          lambda i: f"the weighted sum of reward[{', '.join(map(repr, keys))}] is {total[i]}")
     return total
 
@@ -348,14 +425,12 @@ def _baseline_values(table, path, problem, details) -> np.ndarray:
     is (missing-baseline). Rows without a problem get a detail naming the value, for that message.
     """
     n = table.num_rows
-    values, why = _lookup_path(table, path)
+    values, why = lookup_path(table, path)
     if values is None:
         numbers = np.full(n, np.nan)
         _note(problem, details, np.ones(n, dtype=bool), lambda i: why)
         return numbers
-    if isinstance(values, np.ndarray):  # parsed from JSON text
-        numbers = values
-    elif _is_number(values.type):
+    if _is_number(values.type):
         numbers = fill(pc.cast(values, pa.float64()), np.nan)
     else:
         numbers = np.full(n, np.nan)
@@ -366,16 +441,71 @@ def _baseline_values(table, path, problem, details) -> np.ndarray:
     return numbers
 
 
+def _version_values(table, path, problem, details) -> np.ndarray:
+    """float64 [n]: each row's weight version at --version-column, NaN where unusable. A number, a numeric
+    string, or a list of them (slime/miles `weight_versions`: one per turn of the sample), whose smallest
+    is the row's version: the oldest weights behind any of its tokens. Like the baseline, not a row
+    problem: only a unit's mainstream row counts (the core's missing-version); rows get a detail."""
+    n = table.num_rows
+    values, why = lookup_path(table, path, "version")
+    if values is None:
+        _note(problem, details, np.ones(n, dtype=bool), lambda i: why)
+        return np.full(n, np.nan)
+    if isinstance(values, np.ndarray):  # parsed from JSON text
+        numbers = values
+    else:
+        kind = values.type
+        if pa.types.is_list(kind) or pa.types.is_large_list(kind):
+            flat = _as_numbers(values.flatten())
+            numbers = np.full(n, np.inf)
+            parents = np.asarray(pc.list_parent_indices(values))
+            np.minimum.at(numbers, parents, flat)  # NaN (a null or non-number inside) wins: unusable
+            numbers[np.isinf(numbers)] = np.nan       # an empty list (or a null one)
+            lengths = fill(pc.list_value_length(values), 0)
+            _note(problem, details, lengths == 0, lambda i: f"version {path!r} is an empty list or null")
+        else:
+            numbers = _as_numbers(values)
+    _note(problem, details, ~np.isfinite(numbers), lambda i: f"version {path!r} is null or not a number")
+    return numbers
+
+
+def _metric_values(table, path, problem, details) -> np.ndarray:
+    """float64 [n]: --filter-metric's value (a number, or a boolean as 0/1), NaN where unusable (the core's
+    missing-metric, for the units whose metric counts)."""
+    n = table.num_rows
+    values, why = lookup_path(table, path, "metric")
+    if values is None:
+        _note(problem, details, np.ones(n, dtype=bool), lambda i: why)
+        return np.full(n, np.nan)
+    numbers = values if isinstance(values, np.ndarray) else _as_numbers(values)
+    _note(problem, details, ~np.isfinite(numbers), lambda i: f"metric {path!r} is null or not a number")
+    return numbers
+
+
+def _as_numbers(values) -> np.ndarray:
+    """float64 of numbers, booleans (0/1) or numeric strings; NaN for nulls and anything else."""
+    kind = values.type
+    if _is_number(kind) or pa.types.is_boolean(kind):
+        return fill(pc.cast(values, pa.float64()), np.nan).astype(np.float64)
+    if pa.types.is_string(kind) or pa.types.is_large_string(kind):
+        out = np.full(len(values), np.nan)
+        for i, text in enumerate(values.to_pylist()):  # text versions are rare: a loop over rows is fine
+            try:
+                out[i] = float(text) if text is not None else np.nan
+            except ValueError:
+                pass
+        return out
+    return np.full(len(values), np.nan)
+
+
 def stored_advantage_values(table, path) -> pa.Array:
     """float64 with nulls: the advantage stored at `path` (`relabel compare --a column:NAME`), read with the
     same path lookup as --column and --baseline-column. Null where the column is absent, the value null or
     not a number; NaN and inf are kept as they are (compare_batch counts both kinds as dead under A)."""
     n = table.num_rows
-    values, _ = _lookup_path(table, path, "stored advantage")
+    values, _ = lookup_path(table, path, "stored advantage")
     if values is None:
         return pa.nulls(n, pa.float64())
-    if isinstance(values, np.ndarray):  # parsed from JSON text: NaN where absent
-        return pa.array(values, mask=np.isnan(values))
     if not _is_number(values.type):
         return pa.nulls(n, pa.float64())
     return pc.cast(values, pa.float64())
@@ -385,54 +515,6 @@ def _note(problem, details, where, describe):
     """A detail for rows without a problem (and without a detail yet); their problem stays 0."""
     for i in np.flatnonzero(where & (problem == 0)):
         details.setdefault(int(i), describe(int(i)))
-
-
-def _lookup_path(table, path, what="baseline"):
-    """The values at `path`: a column, or a dotted path into a struct/map (or JSON text) column; a number
-    steps into a list (`rewards.0`: the first element, null where the list is shorter).
-
-    Returns (Arrow array or float64 numpy array, None) or (None, why it cannot be read)."""
-    if path in table.column_names:
-        return table.column(path).combine_chunks(), None
-    top, *steps = path.split(".")
-    if top not in table.column_names:
-        return None, f"the file has no column {top!r} (for {what} {path!r})"
-    values = table.column(top).combine_chunks()
-    for depth, step in enumerate(steps):
-        kind = values.type
-        if (pa.types.is_list(kind) or pa.types.is_large_list(kind)) and step.isdigit():
-            lengths = fill(pc.list_value_length(values), 0)
-            short = np.asarray(values.is_null()) | (lengths <= int(step))
-            safe = pc.if_else(pa.array(short), pa.scalar(None, kind), values)
-            values = pc.list_element(pc.fill_null(safe, pa.scalar([None] * (int(step) + 1), kind)), int(step))
-            continue
-        if pa.types.is_struct(kind):
-            if kind.get_field_index(step) < 0:
-                where = ".".join([top] + steps[:depth])
-                return None, f"{where} has no field {step!r} (fields: {', '.join(f.name for f in kind)})"
-            values = pc.struct_field(values, step)
-        elif pa.types.is_map(kind) and (pa.types.is_string(kind.key_type) or pa.types.is_large_string(kind.key_type)):
-            values = pc.map_lookup(values, pa.scalar(step, kind.key_type), "first")
-        elif pa.types.is_string(kind) or pa.types.is_large_string(kind):
-            return _json_path(values, steps[depth:]), None  # stored as JSON text (see readers.py)
-        else:
-            return None, f"{'.'.join([top] + steps[:depth])} has type {kind}: no field {step!r} in it"
-    return values, None
-
-
-def _json_path(texts, steps) -> np.ndarray:
-    """Values read as JSON text (mixed-type dicts of .pt dumps): a loop over rows, only for that case."""
-    out = np.full(len(texts), np.nan)
-    for i, text in enumerate(texts.to_pylist()):
-        try:
-            value = json.loads(text) if text is not None else None
-            for step in steps:
-                value = value.get(step) if isinstance(value, dict) else None
-        except ValueError:
-            value = None
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            out[i] = float(value)
-    return out
 
 
 def _is_number(kind) -> bool:

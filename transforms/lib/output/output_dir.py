@@ -1,8 +1,8 @@
-"""The output directory as a whole: its manifest, what a run removes, its options, and stop records.
+"""The output directory as a whole: its manifest, what a run removes, its options, and stop files.
 
 What may be deleted (docs/bad-input.md): only names the tool writes, inside the output, checked here.
 A name read from a file (a manifest lists its part files) is used only when it is a plain file name
-(no folder separator, not `.`/`..`) of one of the tool's patterns; a watch's record folders are
+(no folder separator, not `.`/`..`) of one of the tool's patterns; a watch's folders are
 emptied of the tool's file names only and removed when nothing else is left in them; nothing is
 ever deleted recursively, and a directory under a file's name is never deleted.
 """
@@ -21,13 +21,13 @@ DEAD_LETTERS_NAME = "dead_letters.parquet"
 FILTERED_NAME = "filtered.parquet"
 STOP_NAME = "_stop.json"  # a worker's RunStopped, for the driver (see errors.py)
 # what `relabel watch` keeps besides part files (transforms/lib/watch/ledger.py)
-WATCH_RECORDS = ("_watch", "dead_letters", "filtered")
+WATCH_FOLDERS = ("_watch", "dead_letters", "filtered")
 TEMP_PROBE = "_write-probe"  # written and deleted before a run: can the output be written at all?
 
 
 PART_PATTERN = "part-*.parquet"
-# the file names a watch writes in its record folders (transforms/lib/watch/ledger.py)
-WATCH_RECORD_PATTERNS = {"_watch": ("part-*.json", "stop-requested"), "dead_letters": (PART_PATTERN,),
+# the file names a watch writes in its folders (transforms/lib/watch/ledger.py)
+WATCH_FOLDER_PATTERNS = {"_watch": ("part-*.json", "stop-requested"), "dead_letters": (PART_PATTERN,),
                          "filtered": (PART_PATTERN,)}
 
 
@@ -85,16 +85,16 @@ def delete_own_files(paths: list[str]) -> None:
 
 def remove_run_outputs(output: str, part_names) -> None:
     """Delete the manifest (first, so nothing looks complete meanwhile), the record files (what a watch
-    wrote in its folders too), temporary files, a stop record and the named part files (only names of
+    wrote in its folders too), temporary files, a stop file and the named part files (only names of
     the tool's pattern: own_names). Part files not named stay: a resumed run skips the complete ones."""
     names = [MANIFEST_NAME, DEAD_LETTERS_NAME, FILTERED_NAME, STOP_NAME] + own_names(part_names)
     delete_own_files([filesystem.join(output, n) for n in names] + temporary_files(output))
-    remove_watch_records(output)
+    remove_watch_folders(output)
 
 
-def remove_watch_records(output: str) -> None:
-    """A watch's record folders: the files of its patterns in them, then each folder left empty."""
-    for folder, patterns in WATCH_RECORD_PATTERNS.items():
+def remove_watch_folders(output: str) -> None:
+    """A watch's folders: the files of its patterns in them, then each folder left empty."""
+    for folder, patterns in WATCH_FOLDER_PATTERNS.items():
         path = filesystem.join(output, folder)
         if "://" not in output and (os.path.islink(path) or not os.path.isdir(path)):
             continue  # a link leads outside the output: nothing there is the tool's to delete
@@ -110,7 +110,7 @@ def remove_watch_records(output: str) -> None:
 def temporary_files(output: str) -> list[str]:
     """Temporary files left in output (and a watch's record folders) by writers that were killed: any there
     while this run holds the output's lease are stale."""
-    folders = [output] + [filesystem.join(output, d) for d in WATCH_RECORDS]
+    folders = [output] + [filesystem.join(output, d) for d in WATCH_FOLDERS]
     return [m.path for folder in folders
             for m in filesystem.match(filesystem.join(folder, output_files.TEMP_PREFIX + "*"))]
 
@@ -136,7 +136,7 @@ def refuse_other_options(output: str, what: str, found: str | None, fingerprint:
 
 
 def stop_run(output: str, error: RunStopped) -> RunStopped:
-    """Commit a worker's stop record (the driver reads it back as this type); returns the error to raise."""
+    """Commit a worker's stop file (the driver reads it back as this type); returns the error to raise."""
     record = {"kind": type(error).__name__, "message": str(error)}
     output_files.write_bytes_atomically(json.dumps(record, sort_keys=True).encode(), output, STOP_NAME)
     return error
@@ -158,7 +158,8 @@ def make_writable(output: str, flag: str = "--output") -> None:
         if "://" not in output and os.path.exists(output) and not os.path.isdir(output):
             raise UsageError(f"{flag} {output}: is an existing file, not a directory")
         filesystem.mkdirs(output)
-        output_files.write_bytes_atomically(b"", output, probe)
+        # not empty: S3 refuses to complete a multipart upload that has no part
+        output_files.write_bytes_atomically(b"probe", output, probe)
         filesystem.delete([filesystem.join(output, probe)])
     except UsageError:
         raise
