@@ -152,11 +152,39 @@ def _add_running(parser: argparse.ArgumentParser, command: str) -> None:
                            help="check the options for their runner, print the plan, submit nothing")
 
 
+def add_rescoring(parser: argparse.ArgumentParser) -> None:
+    """--reward-fn / --rm-url: each row's reward recomputed by the user's verifier first (docs/rescoring.md)."""
+    group = parser.group("rescoring")
+    group.add_argument("--reward-fn", dest="reward_fn", metavar="SPEC",
+                       help="recompute every reward with this function: path/to/file.py:name or package.module:name "
+                            "(trusted code: it is imported and run)")
+    group.add_argument("--reward-fn-style", dest="reward_fn_style", choices=("slime", "slime-batched", "verl", "row"),
+                       help="its calling convention (default: decided from its parameter names)")
+    group.add_argument("--reward-fn-arg", dest="reward_fn_args", action="append", metavar="KEY=VALUE",
+                       help="an attribute of slime's `args` for the function (repeatable; e.g. rm_type=math)")
+    group.add_argument("--reward-fn-version", dest="reward_fn_version", metavar="TEXT",
+                       help="the verifier's identity instead of the SHA-256 of its source file")
+    group.add_argument("--rm-url", dest="rm_url", metavar="URL",
+                       help="recompute every reward with slime's remote protocol: POST {prompt, response, label}")
+    group.add_argument("--reward-concurrency", dest="reward_concurrency", type=int, default=64, metavar="N",
+                       help="calls in flight (default 64)")
+    group.add_argument("--reward-workers", dest="reward_workers", type=int, metavar="N",
+                       help="processes for a sync function (default: one per core)")
+    group.add_argument("--reward-timeout", dest="reward_timeout", type=float, default=60.0, metavar="S",
+                       help="seconds one attempt may take (default 60)")
+    group.add_argument("--reward-retries", dest="reward_retries", type=int, default=3, metavar="N",
+                       help="attempts after the first for a call that fails (default 3)")
+    group.add_argument("--reward-backoff", dest="reward_backoff", type=float, default=0.5, metavar="S",
+                       help="the first retry's longest wait, doubled each time, with jitter (default 0.5; "
+                            "a server's Retry-After wins)")
+
+
 def run_parser() -> Parser:
     parser = _parser("run", "--input PATH... --output DIR [options]",
                      "Relabel stored rollouts into Parquet training rows with advantages.")
     _add_io(parser, "output directory (local path or any Beam filesystem URL)")
     add_labeling(parser)
+    add_rescoring(parser)
     _add_running(parser, "run")
     return parser
 

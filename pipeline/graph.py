@@ -23,6 +23,7 @@ from rollout_relabel.transforms.lib.output.records import (
 )
 from rollout_relabel.transforms.read_rollouts import ReadRollouts
 from rollout_relabel.transforms.relabel_file_groups import RelabelFileGroups
+from rollout_relabel.transforms.rescore_rollouts import RescoreRollouts
 
 
 def build(p: beam.Pipeline, settings: RunSettings, files: list[InputFile], groups=None):
@@ -38,8 +39,10 @@ def build(p: beam.Pipeline, settings: RunSettings, files: list[InputFile], group
                                                       step=settings.labeling.step_column())
     hints = dict(settings.core_resource_hints)
 
-    one_pass = (p | "ListFileGroups" >> beam.Create([[f.record() for f in g] for g in groups])
-                | "RelabelFileGroups" >> RelabelFileGroups(settings).with_resource_hints(**hints))
+    one_pass = p | "ListFileGroups" >> beam.Create([[f.record() for f in g] for g in groups])
+    if settings.rescoring is not None:
+        one_pass = one_pass | "RescoreRollouts" >> RescoreRollouts(settings)
+    one_pass = one_pass | "RelabelFileGroups" >> RelabelFileGroups(settings).with_resource_hints(**hints)
     outputs = {tag: [one_pass[tag]] for tag in (STATS, FILES, DEAD, FILTERED, COUNTERS)}
     if shared:
         for tag, collection in _shuffle_path(p, settings, shared).items():
@@ -69,8 +72,10 @@ def _shuffle_path(p, settings: RunSettings, shared: list[InputFile]) -> dict:
     # the shuffle path's files are one set of siblings: a change to any of them redoes them all
     records = [f.record() for f in shared]
     siblings = batch_inputs(records)
-    read = (p | "ListSharedBatchFiles" >> beam.Create([dict(r, batch_inputs=siblings) for r in records])
-            | "ReadRollouts" >> ReadRollouts(settings))
+    listed = p | "ListSharedBatchFiles" >> beam.Create([dict(r, batch_inputs=siblings) for r in records])
+    if settings.rescoring is not None:
+        listed = listed | "RescoreSharedBatchFiles" >> RescoreRollouts(settings)
+    read = listed | "ReadRollouts" >> ReadRollouts(settings)
     batches = read[SLIM] | "GatherBatches" >> GatherBatches()
     computed = batches | "GroupAdvantages" >> GroupAdvantages(settings).with_resource_hints(
         **dict(settings.core_resource_hints))

@@ -9,6 +9,7 @@ from apache_beam.transforms.resources import parse_resource_hints
 from rollout_relabel.pipeline.compare_spec import parse_side
 from rollout_relabel.transforms.lib.errors import UsageError
 from rollout_relabel.transforms.lib.labeling.settings import CompareSettings, Labeling, RunSettings, WatchSettings
+from rollout_relabel.transforms.lib.rescoring.verifier import Rescoring, VerifierError, resolve
 
 # Dataflow's grammar for worker_accelerator and the accelerator resource hint
 ACCELERATOR = re.compile(r"type:[A-Za-z0-9_<>-]+;count:[1-9][0-9]*(;[a-z0-9-]+(:[^;]+)?)*")
@@ -34,8 +35,24 @@ def run_settings(args: argparse.Namespace) -> RunSettings:
             fail_fast=getattr(args, "fail_fast", False), max_dead_fraction=getattr(args, "max_dead_fraction", None),
             overwrite=args.overwrite, dry_run=getattr(args, "dry_run", False),
             core_resource_hints=core_resource_hints(args.core_resource_hints or []), progress=args.progress,
-            max_file_bytes=args.max_file_bytes)
+            max_file_bytes=args.max_file_bytes, rescoring=rescoring(args))
     except ValueError as error:
+        raise UsageError(str(error)) from error
+
+
+def rescoring(args: argparse.Namespace):
+    """--reward-fn / --rm-url as resolved Rescoring settings (the verifier loaded once to check it), or None."""
+    if getattr(args, "reward_fn", None) is None and getattr(args, "rm_url", None) is None:
+        return None
+    values = {"fn": args.reward_fn, "rm_url": args.rm_url, "style": args.reward_fn_style,
+              "fn_args": tuple(args.reward_fn_args or ()), "version": args.reward_fn_version,
+              "concurrency": args.reward_concurrency, "timeout": args.reward_timeout,
+              "retries": args.reward_retries, "backoff": args.reward_backoff}
+    if args.reward_workers is not None:
+        values["workers"] = args.reward_workers
+    try:
+        return resolve(Rescoring(**values))
+    except VerifierError as error:
         raise UsageError(str(error)) from error
 
 

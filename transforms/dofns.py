@@ -14,6 +14,7 @@ from rollout_relabel.transforms.lib.labeling.settings import RunSettings
 from rollout_relabel.transforms.lib.output.dead_letters import file_dead_letter
 from rollout_relabel.transforms.lib.output.output_dir import stop_run
 from rollout_relabel.transforms.lib.output.part_files import FileOutcome
+from rollout_relabel.transforms.lib.rescoring import rows, store
 from rollout_relabel.transforms.lib.output.records import DEAD, FILES, FILTERED, BatchCounts, FileRead
 from rollout_relabel.transforms.lib.worker.device import resolve_device
 from rollout_relabel.transforms.metrics import counter
@@ -30,12 +31,27 @@ class CoreDoFn(beam.DoFn):
         self.device = resolve_device(self._requested_device)
 
 
-def read_planned(record: dict, settings: RunSettings, columns=None):
-    """An input's rows, as the plan listed it (readers.read_input); a changed input stops the run."""
+def read_planned(record: dict, settings: RunSettings, columns=None, rescored: bool = True):
+    """An input's rows, as the plan listed it (readers.read_input); a changed input stops the run.
+
+    With rescoring, the rows carry the rewards the rescore stage recorded for them (rescored=False: as stored).
+    """
     try:
-        return read_input(record, columns, settings.max_file_bytes, use_threads=settings.parallel_decode)
+        table, metadata = read_input(record, columns, settings.max_file_bytes, use_threads=settings.parallel_decode)
     except InputChanged as changed:
         raise stop_run(settings.output, changed) from None
+    if settings.rescoring is not None and rescored:
+        table = with_new_rewards(table, record, settings)
+    return table, metadata
+
+
+def with_new_rewards(table, record: dict, settings: RunSettings):
+    """The rewards the rescore stage recorded for this input, in place of the stored ones."""
+    answers = store.read_rows(settings.output, record["output"])
+    if answers is None or answers.num_rows != table.num_rows:
+        raise RuntimeError(f"{record['path']}: the rescore stage recorded no rewards for its {table.num_rows} rows")
+    return rows.apply(table, answers.column("value").to_pylist(), answers.column("error").to_pylist(),
+                      rows.reward_column(settings.labeling))
 
 
 def stop_on_dead_rows(result: BatchResult, batch_key: str, fail_fast: bool, output: str) -> None:

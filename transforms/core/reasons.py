@@ -35,6 +35,8 @@ REASONS = (
     "missing-baseline",       # remax: a unit's baseline is null, non-numeric or non-finite (unit: its group)
     "gdpo-too-few-tokens",    # gdpo: the batch's written rows have < 2 trainable tokens (unit: the batch)
     "malformed-line",         # a JSONL line that is not a JSON object (unit: the line alone)
+    # version 3: rescoring (--reward-fn, --rm-url)
+    REWARD_FAILED := "reward-failed",  # the verifier kept failing on the row, or answered no reward (unit: its group)
 )
 CODE = {name: i for i, name in enumerate(REASONS)}
 

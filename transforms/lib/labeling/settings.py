@@ -162,6 +162,8 @@ class RunSettings:
     # pyarrow decodes each Parquet file on its own thread pool; off where the local runner already
     # keeps every core busy with its worker threads (the two pools would only take turns)
     parallel_decode: bool = True
+    # --reward-fn / --rm-url: each row's reward recomputed first (transforms/lib/rescoring/verifier.py)
+    rescoring: object | None = None
 
     def __post_init__(self):
         if self.max_dead_fraction is not None and not 0 <= self.max_dead_fraction <= 1:
@@ -175,7 +177,10 @@ class RunSettings:
 
     def semantics_record(self) -> dict:
         """What made every training row: goes into Parquet metadata and the manifest."""
-        return dict(self.labeling.record(), project=PROJECT, project_version=self.version)
+        record = dict(self.labeling.record(), project=PROJECT, project_version=self.version)
+        if self.rescoring is not None:  # absent otherwise: runs without it keep their fingerprint
+            record["rescoring"] = self.rescoring.record()
+        return record
 
     def fingerprint(self) -> str:
         """Identifies the options that change output bytes (not device, not runner)."""

@@ -35,6 +35,10 @@ from rollout_relabel.transforms.lib.labeling.columns import (
 from rollout_relabel.transforms.lib.labeling.settings import RewardFields
 
 
+# rescoring's hidden column (transforms/lib/rescoring/rows.py): why a row has no new reward
+REWARD_FAILED = "_reward_failed"
+
+
 def batch_key_of(source: str, step) -> str:
     """Batch key: the Parquet `step` value, else the file itself (a .pt dump is one batch)."""
     return f"step={step}" if step is not None else f"file={source}"
@@ -72,6 +76,12 @@ def extract_slim(table: pa.Table, source: str, reward: RewardFields | str | None
         where[list(malformed)] = True
         flag(problem, details, where, "malformed-line", lambda i: malformed[i])
         table = _around_malformed(table, where, source)
+    if REWARD_FAILED in table.column_names:  # before the reward's own checks: the call's error explains it
+        failed = table.column(REWARD_FAILED).combine_chunks()
+        if failed.null_count < n:
+            texts = failed.to_pylist()
+            flag(problem, details, np.asarray(failed.is_valid()), "reward-failed", lambda i: texts[i])
+        table = table.drop_columns([REWARD_FAILED])
     table = usable_columns(table, source, problem, details)
 
     parts = None
