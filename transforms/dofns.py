@@ -14,8 +14,8 @@ from rollout_relabel.transforms.lib.labeling.settings import RunSettings
 from rollout_relabel.transforms.lib.output.dead_letters import file_dead_letter
 from rollout_relabel.transforms.lib.output.output_dir import stop_run
 from rollout_relabel.transforms.lib.output.part_files import FileOutcome
-from rollout_relabel.transforms.lib.rescoring import rows, store
 from rollout_relabel.transforms.lib.output.records import DEAD, FILES, FILTERED, BatchCounts, FileRead
+from rollout_relabel.transforms.lib.rescoring import rows, store
 from rollout_relabel.transforms.lib.worker.device import resolve_device
 from rollout_relabel.transforms.metrics import counter
 

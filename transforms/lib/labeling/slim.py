@@ -34,7 +34,6 @@ from rollout_relabel.transforms.lib.labeling.columns import (
 )
 from rollout_relabel.transforms.lib.labeling.settings import RewardFields
 
-
 # rescoring's hidden column (transforms/lib/rescoring/rows.py): why a row has no new reward
 REWARD_FAILED = "_reward_failed"
 

@@ -18,7 +18,7 @@ import time
 from dataclasses import dataclass
 from types import SimpleNamespace
 
-from rollout_relabel.transforms.lib.rescoring.verifier import URL, Rescoring, is_async, load
+from rollout_relabel.transforms.lib.rescoring.verifier import Rescoring, is_async, load
 
 BACKOFF_CAP = 30.0     # seconds: the longest wait between two attempts
 RETRY_AFTER_CAP = 300.0  # seconds: a server asking for longer is not waited for beyond this

@@ -113,18 +113,23 @@ _LOADED: dict[str, tuple] = {}
 
 
 def load(spec: str):
-    """(the function SPEC names, its source file or None). Loaded once per process."""
-    if spec in _LOADED:
-        return _LOADED[spec]
+    """(the function SPEC names, its source file or None). Loaded once per process (a file: once per
+    content, so an edited verifier is never run from an earlier import)."""
     target, sep, name = spec.rpartition(":")
     if not sep or not target or not name:
         raise VerifierError(f"--reward-fn {spec!r}: expected path/to/file.py:name or package.module:name")
+    cache_key = spec
+    if target.endswith(".py"):
+        path = os.path.abspath(target)
+        if not os.path.isfile(path):
+            raise VerifierError(f"--reward-fn {spec}: no such file {target}")
+        with open(path, "rb") as handle:
+            cache_key = f"{spec}@{hashlib.sha256(handle.read()).hexdigest()}"
+    if cache_key in _LOADED:
+        return _LOADED[cache_key]
     try:
         if target.endswith(".py"):
-            path = os.path.abspath(target)
-            if not os.path.isfile(path):
-                raise VerifierError(f"--reward-fn {spec}: no such file {target}")
-            module_name = "_rollout_relabel_verifier_" + hashlib.sha256(path.encode()).hexdigest()[:12]
+            module_name = "_rollout_relabel_verifier_" + cache_key_digest(cache_key)
             module_spec = importlib.util.spec_from_file_location(module_name, path)
             module = importlib.util.module_from_spec(module_spec)
             sys.modules[module_name] = module  # dataclasses and pickling look the module up by name
@@ -140,8 +145,12 @@ def load(spec: str):
     if not callable(fn):
         raise VerifierError(f"--reward-fn {spec}: {target} has no function {name}")
     source = getattr(module, "__file__", None)
-    _LOADED[spec] = (fn, source)
-    return _LOADED[spec]
+    _LOADED[cache_key] = (fn, source)
+    return _LOADED[cache_key]
+
+
+def cache_key_digest(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:12]
 
 
 def style_of(fn, spec: str) -> str:
