@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+from concurrent.futures.process import BrokenProcessPool
 import email.utils
 import math
 import multiprocessing
@@ -168,7 +169,7 @@ async def with_retries(attempt, payload, rescoring: Rescoring) -> Answer:
         except asyncio.TimeoutError:
             error = TimeoutError(f"no answer within {rescoring.timeout:g} s (--reward-timeout)")
             wait = backoff(n, rescoring.backoff)
-        except concurrent.futures.process.BrokenProcessPool:
+        except BrokenProcessPool:
             raise  # a worker process died: the run's machinery failed, not this row
         except Exception as failed:  # noqa: BLE001 - the user's verifier may raise anything: it is this row's error
             error = failed
