@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-from concurrent.futures.process import BrokenProcessPool
 import email.utils
 import math
 import multiprocessing
 import random
 import time
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from types import SimpleNamespace
 
