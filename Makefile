@@ -26,6 +26,7 @@ test: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python -m bench
+	$(BIN)/python -m bench.rescoring
 
 clean:
 	rm -rf $(VENV) $(DEMO_DIR) build *.egg-info
