@@ -221,6 +221,7 @@ def compare_parser() -> Parser:
                        help="labeling B, the reference: a SEMANTICS spec as for --a")
     group.add_argument("--report", metavar="DIR", help="directory for report.json, report.md and the plots")
     add_labeling(parser)
+    add_rescoring(parser)
     parser.set_defaults(output=None)
     _add_running(parser, "compare")
     return parser

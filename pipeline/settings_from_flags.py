@@ -73,8 +73,10 @@ def compare_settings(args: argparse.Namespace) -> CompareSettings:
     if args.output is not None:
         raise UsageError("--output (compare writes --report DIR) does not apply to relabel compare")
     base = labeling(args).values()
+    verifier = rescoring(args)
     return CompareSettings(inputs=tuple(args.inputs), report=args.report,
-                           a=parse_side("--a", args.compare_a, base), b=parse_side("--b", args.compare_b, base),
+                           a=parse_side("--a", args.compare_a, base, verifier),
+                           b=parse_side("--b", args.compare_b, base, verifier),
                            reward_key=args.reward_key, device=args.device, progress=args.progress)
 
 

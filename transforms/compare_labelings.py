@@ -21,6 +21,10 @@ from rollout_relabel.transforms.lib.labeling.settings import CompareSettings
 from rollout_relabel.transforms.lib.labeling.slim import extract_slim, slim_input_columns
 from rollout_relabel.transforms.lib.output import output_files
 from rollout_relabel.transforms.lib.output.records import BATCHES, FILES, GROUPS, POINTS
+from rollout_relabel.transforms.lib.rescoring import rows, store
+from rollout_relabel.transforms.lib.rescoring.calls import Caller
+from rollout_relabel.transforms.lib.rescoring.rescore import rescore_file
+from rollout_relabel.transforms.lib.rescoring.rows import slime_options
 from rollout_relabel.transforms.metrics import counter
 
 
@@ -33,19 +37,35 @@ class CompareFileGroupFn(CoreDoFn):
         super().__init__(settings.device)
         self._settings = settings
         self._progress_dir = progress_dir
+        self._callers = {}
+
+    def setup(self):
+        super().setup()
+        self._callers = {side: Caller(s.rescoring, slime_options(s.labeling))
+                         for side, s in (("a", self._settings.a), ("b", self._settings.b)) if s.rescoring is not None}
+
+    def teardown(self):
+        for caller in getattr(self, "_callers", {}).values():
+            caller.close()
 
     def process(self, group):
         settings = self._settings
         reward = settings.reward_fields()
         names = {r["path"]: r["name"] for r in group}
         batches: dict[str, list] = {}
+        batches_a: dict[str, list] = {}
         sizes: dict[str, list | None] = {}
         rows_read = 0
         for record in group:
             source = record["path"]
             try:
-                table, metadata = read_table(source, columns=slim_input_columns(reward))
-                parts = extract_slim(table, source, reward)
+                # a verifier sees whole rows: then every column is read, once for both sides
+                table, metadata = read_table(source, columns=None if self._callers else slim_input_columns(reward))
+                if self._callers:
+                    parts_a = extract_slim(self._rescored(table, record, "a"), source, reward)
+                    parts = extract_slim(self._rescored(table, record, "b"), source, reward)
+                else:
+                    parts = extract_slim(table, source, reward)
             except BadFile as bad:  # counted in the report under both labelings
                 yield pvalue.TaggedOutput(FILES, {"name": record["name"], "rows": 0, "reason": bad.reason,
                                                   "message": bad.message})
@@ -57,9 +77,12 @@ class CompareFileGroupFn(CoreDoFn):
             for batch_key, slim in parts:
                 batches.setdefault(batch_key, []).append((source, slim))
                 sizes[batch_key] = metadata["prompt_group_sizes"]
+            if self._callers:
+                for batch_key, slim in parts_a:
+                    batches_a.setdefault(batch_key, []).append((source, slim))
         for batch_key in sorted(batches):
             result = compare_batch(batch_key, batches[batch_key], sizes[batch_key], settings.a, settings.b, names,
-                                   self.device)
+                                   self.device, parts_a=batches_a.get(batch_key) if self._callers else None)
             yield result.record
             for listed in result.groups:
                 yield pvalue.TaggedOutput(GROUPS, listed)
@@ -68,6 +91,18 @@ class CompareFileGroupFn(CoreDoFn):
         if self._progress_dir:
             output_files.write_bytes_atomically(json.dumps({"files": len(group), "rows": rows_read}).encode(),
                                                 self._progress_dir, progress_name(group))
+
+
+    def _rescored(self, table, record: dict, side: str):
+        """The table with this side's rewards: its verifier's (kept under the report's _rewards/), else stored."""
+        chosen = getattr(self._settings, side)
+        if side not in self._callers:
+            return table
+        name = f"{record['name']}.{side}"
+        rescore_file(table, name, self._settings.report, chosen.rescoring, chosen.labeling, self._callers[side])
+        answers = store.read_rows(self._settings.report, name)
+        return rows.apply(table, answers.column("value").to_pylist(), answers.column("error").to_pylist(),
+                          rows.reward_column(chosen.labeling))
 
 
 class CompareLabelings(beam.PTransform):

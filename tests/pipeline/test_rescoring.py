@@ -278,3 +278,37 @@ def test_a_samples_own_custom_rm_path_is_never_imported(tmp_path):
                                    ["--reward-fn", "json:dumps", "--reward-concurrency", "0"]])
 def test_bad_verifier_flags_are_usage_errors(tmp_path, flags):
     run_cli("run", "--input", SLIME, "--output", tmp_path / "out", *flags, check_codes=(2,))
+
+
+def test_compare_two_verifiers_on_the_same_rollouts(tmp_path):
+    write(tmp_path / "judge.py", """
+        def v1(row):
+            return (row["index"] or 0) % 4 / 4
+
+        def v2(row):
+            return 1.0 if (row["index"] or 0) % 10 == 3 else (row["index"] or 0) % 4 / 4
+    """)
+    judge = tmp_path / "judge.py"
+    result = run_cli("compare", "--input", SLIME, "--a", f"group-index,reward_fn={judge}:v1",
+                     "--b", f"group-index,reward_fn={judge}:v2", "--report", tmp_path / "report",
+                     "--reward-workers", "1")
+    report = json.loads((tmp_path / "report" / "report.json").read_text())
+    samples = [s for name in ("0.pt", "1.pt")
+               for s in torch.load(os.path.join(SLIME, name), weights_only=False)["samples"]]
+
+    def v1(s):
+        return (s["index"] or 0) % 4 / 4
+
+    def v2(s):
+        return 1.0 if (s["index"] or 0) % 10 == 3 else v1(s)
+
+    changed = [abs(v1(s) - v2(s)) for s in samples if v1(s) != v2(s)]
+    totals = report["totals"]
+    assert totals["reward_rows"] == len(samples)
+    assert totals["reward_changed"] == len(changed) > 0
+    assert totals["reward_max_abs_delta"] == max(changed)
+    assert totals["reward_sum_abs_delta"] == pytest.approx(sum(changed))
+    assert report["a"]["rescoring"]["verifier"].startswith("judge:v1@sha256:")
+    assert report["b"]["rescoring"]["verifier"].startswith("judge:v2@sha256:")
+    assert "rewards changed A -> B" in result.stdout
+    assert totals["agree"] < totals["compared"]  # the advantages moved with the rewards

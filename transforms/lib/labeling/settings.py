@@ -200,6 +200,9 @@ class Side:
     # `--a column:NAME`: this side's advantages are the ones stored in the input at NAME (a column or a
     # dotted path, as --column SOURCE), not computed; `labeling` then only carries the run-wide options
     stored_column: str | None = None
+    # `reward_fn=SPEC` in the spec (or the run-wide --reward-fn / --rm-url): this side's rewards are
+    # recomputed by that verifier first (transforms/lib/rescoring/verifier.py)
+    rescoring: object | None = None
 
     # the reward key is the run's, not a side's: it is not part of a side's record
     NOT_PER_SIDE = ("reward_key",)
@@ -210,6 +213,8 @@ class Side:
         if self.stored_column is not None:
             return {"stored_column": self.stored_column, "spec": self.spec}
         record = {k: v for k, v in self.labeling.record().items() if k not in self.NOT_PER_SIDE}
+        if self.rescoring is not None:
+            record["rescoring"] = self.rescoring.record()
         return dict(record, spec=self.spec)
 
 
