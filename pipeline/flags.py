@@ -194,6 +194,7 @@ def watch_parser() -> Parser:
                      "Relabel rollout files as they land in a folder, until stopped.")
     _add_io(parser, "output directory (local path or any Beam filesystem URL)")
     add_labeling(parser)
+    add_rescoring(parser)
     _add_running(parser, "watch")
     group = parser.group("watching")
     group.add_argument("--poll-interval", type=float, default=5.0, metavar="S",

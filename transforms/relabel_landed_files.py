@@ -36,6 +36,7 @@ from rollout_relabel.transforms.lib.output.records import (
 from rollout_relabel.transforms.lib.watch import ledger as watch_records
 from rollout_relabel.transforms.metrics import counter
 from rollout_relabel.transforms.relabel_file_groups import RelabelFileGroupFn
+from rollout_relabel.transforms.rescore_rollouts import RescoreFn
 
 LATE_REASON = "late-batch-file"
 
@@ -55,6 +56,8 @@ class RelabelLandedFn(beam.DoFn):
     def __init__(self, settings: RunSettings):
         # a stream never stops at the first bad input: it dead-letters and goes on
         self._group_fn = RelabelFileGroupFn(dataclasses.replace(settings, fail_fast=False))
+        # --reward-fn / --rm-url: the landed files are rescored first, by the rescore stage's own DoFn
+        self._rescore_fn = RescoreFn(settings) if settings.rescoring is not None else None
         self._output_dir = settings.output
         self._lineage = settings.lineage()
         self._fingerprint = settings.fingerprint()
@@ -63,6 +66,12 @@ class RelabelLandedFn(beam.DoFn):
 
     def setup(self):
         self._group_fn.setup()
+        if self._rescore_fn is not None:
+            self._rescore_fn.setup()
+
+    def teardown(self):
+        if self._rescore_fn is not None:
+            self._rescore_fn.teardown()
 
     def process(self, release_json):
         release = json.loads(release_json)
@@ -79,7 +88,8 @@ class RelabelLandedFn(beam.DoFn):
                 by_tag[DEAD].append(file_dead_letter(f["path"], LATE_REASON, message))
                 by_tag[FILES].append((f["path"], FileRead(f["path"], 0, LATE_REASON)))
         else:
-            by_tag = split_outputs(self._group_fn.process(files))
+            rescored = files if self._rescore_fn is None else next(iter(self._rescore_fn.process(files)))
+            by_tag = split_outputs(self._group_fn.process(rescored))
         dead, filtered = by_source(by_tag[DEAD]), by_source(by_tag[FILTERED])
         for position, f in enumerate(files):
             record = self._record(f, files, by_tag, dead.get(f["path"]), filtered.get(f["path"]),

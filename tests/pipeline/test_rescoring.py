@@ -312,3 +312,17 @@ def test_compare_two_verifiers_on_the_same_rollouts(tmp_path):
     assert report["b"]["rescoring"]["verifier"].startswith("judge:v2@sha256:")
     assert "rewards changed A -> B" in result.stdout
     assert totals["agree"] < totals["compared"]  # the advantages moved with the rewards
+
+
+def test_watch_rescores_landed_files_as_run_does(tmp_path):
+    rm = write(tmp_path / "rm.py", RM)
+    inputs = tmp_path / "in"
+    shutil.copytree(SLIME, inputs)
+    flags = ["--reward-fn", f"{rm}:rm", "--reward-fn-arg", "scale=1"]
+    run_cli("watch", "--input", inputs, "--output", tmp_path / "watched", "--stop-after-files", "2",
+            "--poll-interval", "0.2", *flags)
+    run_cli("run", "--input", inputs, "--output", tmp_path / "ran", *flags)
+    watched, ran = rows(tmp_path / "watched"), rows(tmp_path / "ran")
+    assert len(watched) == 157
+    assert [(r["raw_reward"], r["advantage"], r["original_reward"]) for r in watched] == [
+        (r["raw_reward"], r["advantage"], r["original_reward"]) for r in ran]
