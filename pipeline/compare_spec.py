@@ -82,6 +82,7 @@ def _side_rescoring(flag: str, spec: str, verifier: dict, rescoring: Rescoring |
         return rescoring if not verifier else resolve(dataclasses.replace(rescoring, **verifier))
     base = rescoring or Rescoring(fn="json:loads")  # the calls' default settings
     changes = {"fn": verifier.get("fn"), "rm_url": verifier.get("rm_url"), "version": verifier.get("version"),
+               "model": None,
                "style": base.style if rescoring is not None and rescoring.fn == verifier.get("fn") else None,
                "identity": ""}
     try:

@@ -166,6 +166,11 @@ def add_rescoring(parser: argparse.ArgumentParser) -> None:
                        help="the verifier's identity instead of the SHA-256 of its source file")
     group.add_argument("--rm-url", dest="rm_url", metavar="URL",
                        help="recompute every reward with slime's remote protocol: POST {prompt, response, label}")
+    group.add_argument("--reward-model", dest="reward_model", metavar="DIR",
+                       help="recompute every reward with a Hugging Face sequence-classification checkpoint on the "
+                            "stored `tokens` (Beam RunInference; --device cuda on GPU workers)")
+    group.add_argument("--reward-batch-size", dest="reward_batch_size", type=int, default=32, metavar="N",
+                       help="--reward-model: rows in one forward pass (default 32)")
     group.add_argument("--reward-concurrency", dest="reward_concurrency", type=int, default=64, metavar="N",
                        help="calls in flight (default 64)")
     group.add_argument("--reward-workers", dest="reward_workers", type=int, metavar="N",

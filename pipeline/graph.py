@@ -24,6 +24,7 @@ from rollout_relabel.transforms.lib.output.records import (
 from rollout_relabel.transforms.read_rollouts import ReadRollouts
 from rollout_relabel.transforms.relabel_file_groups import RelabelFileGroups
 from rollout_relabel.transforms.rescore_rollouts import RescoreRollouts
+from rollout_relabel.transforms.score_with_reward_model import ScoreWithRewardModel
 
 
 def build(p: beam.Pipeline, settings: RunSettings, files: list[InputFile], groups=None):
@@ -41,7 +42,7 @@ def build(p: beam.Pipeline, settings: RunSettings, files: list[InputFile], group
 
     one_pass = p | "ListFileGroups" >> beam.Create([[f.record() for f in g] for g in groups])
     if settings.rescoring is not None:
-        one_pass = one_pass | "RescoreRollouts" >> RescoreRollouts(settings)
+        one_pass = one_pass | "RescoreRollouts" >> _rescore(settings)
     one_pass = one_pass | "RelabelFileGroups" >> RelabelFileGroups(settings).with_resource_hints(**hints)
     outputs = {tag: [one_pass[tag]] for tag in (STATS, FILES, DEAD, FILTERED, COUNTERS)}
     if shared:
@@ -62,6 +63,13 @@ def build(p: beam.Pipeline, settings: RunSettings, files: list[InputFile], group
     return items | "CommitRun" >> CommitRun(settings, [f.record() for f in files])
 
 
+def _rescore(settings: RunSettings) -> beam.PTransform:
+    """The rescore stage: RunInference for --reward-model, the verifier's calls otherwise."""
+    if settings.rescoring.model is not None:
+        return ScoreWithRewardModel(settings)
+    return RescoreRollouts(settings)
+
+
 def _file_read(element):
     """(source, FileRead) -> the FileRead (keyed by source for JoinAndWrite; the manifest needs no key)."""
     return element[1]
@@ -74,7 +82,9 @@ def _shuffle_path(p, settings: RunSettings, shared: list[InputFile]) -> dict:
     siblings = batch_inputs(records)
     listed = p | "ListSharedBatchFiles" >> beam.Create([dict(r, batch_inputs=siblings) for r in records])
     if settings.rescoring is not None:
-        listed = listed | "RescoreSharedBatchFiles" >> RescoreRollouts(settings)
+        listed = (listed | "OneFileGroups" >> beam.Map(lambda record: [record])
+                  | "RescoreSharedBatchFiles" >> _rescore(settings)
+                  | "FileRecords" >> beam.FlatMap(lambda group: group))
     read = listed | "ReadRollouts" >> ReadRollouts(settings)
     batches = read[SLIM] | "GatherBatches" >> GatherBatches()
     computed = batches | "GroupAdvantages" >> GroupAdvantages(settings).with_resource_hints(

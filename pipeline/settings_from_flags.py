@@ -42,9 +42,10 @@ def run_settings(args: argparse.Namespace) -> RunSettings:
 
 def rescoring(args: argparse.Namespace):
     """--reward-fn / --rm-url as resolved Rescoring settings (the verifier loaded once to check it), or None."""
-    if getattr(args, "reward_fn", None) is None and getattr(args, "rm_url", None) is None:
+    if all(getattr(args, name, None) is None for name in ("reward_fn", "rm_url", "reward_model")):
         return None
-    values = {"fn": args.reward_fn, "rm_url": args.rm_url, "style": args.reward_fn_style,
+    values = {"fn": args.reward_fn, "rm_url": args.rm_url, "model": args.reward_model,
+              "batch_size": args.reward_batch_size, "style": args.reward_fn_style,
               "fn_args": tuple(args.reward_fn_args or ()), "version": args.reward_fn_version,
               "concurrency": args.reward_concurrency, "timeout": args.reward_timeout,
               "retries": args.reward_retries, "backoff": args.reward_backoff}
@@ -74,6 +75,8 @@ def compare_settings(args: argparse.Namespace) -> CompareSettings:
         raise UsageError("--output (compare writes --report DIR) does not apply to relabel compare")
     base = labeling(args).values()
     verifier = rescoring(args)
+    if verifier is not None and verifier.model is not None:
+        raise UsageError("--reward-model is for relabel run (compare: reward_fn=SPEC or rm_url=URL per side)")
     return CompareSettings(inputs=tuple(args.inputs), report=args.report,
                            a=parse_side("--a", args.compare_a, base, verifier),
                            b=parse_side("--b", args.compare_b, base, verifier),

@@ -326,3 +326,24 @@ def test_watch_rescores_landed_files_as_run_does(tmp_path):
     assert len(watched) == 157
     assert [(r["raw_reward"], r["advantage"], r["original_reward"]) for r in watched] == [
         (r["raw_reward"], r["advantage"], r["original_reward"]) for r in ran]
+
+
+def test_a_reward_model_scores_the_stored_tokens_as_its_own_forward_pass(tmp_path):
+    from tests.reward_models import forward, tiny_reward_model
+
+    samples = [s for name in ("0.pt", "1.pt")
+               for s in torch.load(os.path.join(SLIME, name), weights_only=False)["samples"]]
+    model = tiny_reward_model(tmp_path / "rm", vocab_size=max(max(s["tokens"]) for s in samples) + 1)
+    run_cli("run", "--input", SLIME, "--output", tmp_path / "out", "--reward-model", tmp_path / "rm",
+            "--reward-batch-size", "8", "--device", "cpu")
+    expected = forward(model, [s["tokens"] for s in samples])
+    got = np.array([r["raw_reward"] for r in rows(tmp_path / "out")], dtype=np.float32)
+    assert len(got) == len(samples)
+    # batches of 8 against one batch of all rows: the same arithmetic up to float32 summation order
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6)
+    assert len(set(got.tolist())) > 100  # a real model's scores, not a constant
+    manifest = json.loads((tmp_path / "out" / "_manifest.json").read_text())
+    assert manifest["run"]["rescoring"]["verifier"].startswith("model:rm@sha256:")
+    again = run_cli("run", "--input", SLIME, "--output", tmp_path / "out", "--reward-model", tmp_path / "rm",
+                    "--device", "cpu")
+    assert "nothing to do" in again.stdout + again.stderr

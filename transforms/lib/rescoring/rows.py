@@ -18,7 +18,8 @@ import pyarrow as pa
 from rollout_relabel.transforms.lib.labeling.settings import Labeling, column_map
 from rollout_relabel.transforms.lib.labeling.slim import REWARD_FAILED, mapped_columns
 from rollout_relabel.transforms.lib.rescoring.calls import Answer
-from rollout_relabel.transforms.lib.rescoring.verifier import URL, Rescoring
+from rollout_relabel.transforms.lib.rescoring.reward_model import token_lists
+from rollout_relabel.transforms.lib.rescoring.verifier import MODEL, URL, Rescoring
 
 ORIGINAL = "original_reward"  # the stored reward, kept beside the new one
 FAILED = REWARD_FAILED        # hidden: why a row has no new reward (slim extraction dead-letters it)
@@ -73,6 +74,8 @@ def plan(table: pa.Table, rescoring: Rescoring, labeling: Labeling) -> Plan:
 
 def _rows(table: pa.Table, kind: str) -> list:
     names = set(table.column_names)
+    if kind == MODEL:  # a reward model reads the stored token ids
+        return token_lists(table)
     if kind == URL:  # slime's remote protocol sends these three
         return [{k: r.get(k) for k in ("prompt", "response", "label")}
                 for r in table.select([c for c in ("prompt", "response", "label") if c in names]).to_pylist()]

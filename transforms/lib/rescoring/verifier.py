@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 
 STYLES = ("slime", "slime-batched", "verl", "row")
 URL = "url"  # --rm-url: slime's remote reward-model protocol (its remote_rm)
+MODEL = "model"  # --reward-model DIR: a sequence-classification checkpoint on the stored tokens
 DEFAULT_CONCURRENCY = 64  # slime's default number of reward calls in flight
 
 
@@ -46,10 +47,14 @@ class Rescoring:
     backoff: float = 0.5                   # --reward-backoff: the first retry's delay (doubles each time)
     workers: int = field(default_factory=lambda: os.cpu_count() or 1)  # processes for a sync function
     identity: str = ""                     # filled by resolve(): what made the rewards
+    model: str | None = None               # --reward-model DIR
+    batch_size: int = 32                   # --reward-batch-size: rows in one forward pass of the model
 
     def __post_init__(self):
-        if (self.fn is None) == (self.rm_url is None):
-            raise VerifierError("give one of --reward-fn SPEC and --rm-url URL")
+        if sum(x is not None for x in (self.fn, self.rm_url, self.model)) != 1:
+            raise VerifierError("give one of --reward-fn SPEC, --rm-url URL and --reward-model DIR")
+        if self.batch_size < 1:
+            raise VerifierError("--reward-batch-size must be >= 1")
         if self.style is not None and self.style not in STYLES:
             raise VerifierError(f"--reward-fn-style must be one of {', '.join(STYLES)}, got {self.style!r}")
         if self.concurrency < 1 or self.retries < 0 or self.timeout <= 0 or self.backoff < 0 or self.workers < 1:
@@ -62,6 +67,8 @@ class Rescoring:
 
     @property
     def kind(self) -> str:
+        if self.model is not None:
+            return MODEL
         return URL if self.rm_url is not None else (self.style or "")
 
     def record(self) -> dict:
@@ -88,6 +95,14 @@ def resolve(rescoring: Rescoring) -> Rescoring:
     from dataclasses import replace
     if rescoring.rm_url is not None:
         return replace(rescoring, identity=f"url:{rescoring.rm_url}")
+    if rescoring.model is not None:
+        from rollout_relabel.transforms.lib.rescoring.reward_model import RewardModelError, identity
+        try:
+            found = identity(rescoring.model) if rescoring.version is None else \
+                f"model:{os.path.basename(os.path.normpath(rescoring.model))}@version:{rescoring.version}"
+        except RewardModelError as error:
+            raise VerifierError(str(error)) from None
+        return replace(rescoring, identity=found)
     fn, source = load(rescoring.fn)
     style = rescoring.style or style_of(fn, rescoring.fn)
     if rescoring.version is not None:
