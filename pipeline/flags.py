@@ -153,35 +153,35 @@ def _add_running(parser: argparse.ArgumentParser, command: str) -> None:
 
 
 def add_rescoring(parser: argparse.ArgumentParser) -> None:
-    """--reward-fn / --rm-url: each row's reward recomputed by the user's verifier first (docs/rescoring.md)."""
-    group = parser.group("rescoring")
+    """--reward-fn / --rm-url / --reward-model: each row's reward recomputed first (docs/rescoring.md). The
+    options of the calls are left out of --help (a screen): docs/rescoring.md lists them."""
+    group = parser.group("rescoring (docs/rescoring.md)")
     group.add_argument("--reward-fn", dest="reward_fn", metavar="SPEC",
-                       help="recompute every reward with this function: path/to/file.py:name or package.module:name "
-                            "(trusted code: it is imported and run)")
-    group.add_argument("--reward-fn-style", dest="reward_fn_style", choices=("slime", "slime-batched", "verl", "row"),
-                       help="its calling convention (default: decided from its parameter names)")
-    group.add_argument("--reward-fn-arg", dest="reward_fn_args", action="append", metavar="KEY=VALUE",
-                       help="an attribute of slime's `args` for the function (repeatable; e.g. rm_type=math)")
-    group.add_argument("--reward-fn-version", dest="reward_fn_version", metavar="TEXT",
-                       help="the verifier's identity instead of the SHA-256 of its source file")
+                       help="recompute every reward with your function, file.py:name or module:name (trusted code)")
     group.add_argument("--rm-url", dest="rm_url", metavar="URL",
-                       help="recompute every reward with slime's remote protocol: POST {prompt, response, label}")
-    group.add_argument("--reward-model", dest="reward_model", metavar="DIR",
-                       help="recompute every reward with a Hugging Face sequence-classification checkpoint on the "
-                            "stored `tokens` (Beam RunInference; --device cuda on GPU workers)")
+                       help="... with a judge over slime's remote protocol (POST prompt, response, label)")
+    if parser.prog != "relabel watch":
+        group.add_argument("--reward-model", dest="reward_model", metavar="DIR",
+                           help="... with a Hugging Face sequence-classification checkpoint on the stored tokens")
+    hidden = argparse.SUPPRESS
+    group.add_argument("--reward-fn-style", dest="reward_fn_style", choices=("slime", "slime-batched", "verl", "row"),
+                       help=hidden)  # its calling convention (default: from its parameter names)
+    group.add_argument("--reward-fn-arg", dest="reward_fn_args", action="append", metavar="KEY=VALUE",
+                       help=hidden)  # an attribute of slime's `args` (repeatable)
+    group.add_argument("--reward-fn-version", dest="reward_fn_version", metavar="TEXT",
+                       help=hidden)  # the identity instead of the source file's SHA-256
     group.add_argument("--reward-batch-size", dest="reward_batch_size", type=int, default=32, metavar="N",
-                       help="--reward-model: rows in one forward pass (default 32)")
+                       help=hidden)  # --reward-model: rows in one forward pass
     group.add_argument("--reward-concurrency", dest="reward_concurrency", type=int, default=64, metavar="N",
-                       help="calls in flight (default 64)")
+                       help=hidden)  # calls in flight
     group.add_argument("--reward-workers", dest="reward_workers", type=int, metavar="N",
-                       help="processes for a sync function (default: one per core)")
+                       help=hidden)  # processes for a sync function (default: one per core)
     group.add_argument("--reward-timeout", dest="reward_timeout", type=float, default=60.0, metavar="S",
-                       help="seconds one attempt may take (default 60)")
+                       help=hidden)  # seconds one attempt may take
     group.add_argument("--reward-retries", dest="reward_retries", type=int, default=3, metavar="N",
-                       help="attempts after the first for a call that fails (default 3)")
+                       help=hidden)  # attempts after the first
     group.add_argument("--reward-backoff", dest="reward_backoff", type=float, default=0.5, metavar="S",
-                       help="the first retry's longest wait, doubled each time, with jitter (default 0.5; "
-                            "a server's Retry-After wins)")
+                       help=hidden)  # the first retry's longest wait, doubled each time, with jitter
 
 
 def run_parser() -> Parser:

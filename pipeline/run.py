@@ -73,8 +73,6 @@ def parse_run(argv: list[str], command: str = "run") -> tuple[Parsed, RunSetting
     """`relabel run` / `relabel watch` flags -> (parsed, settings)."""
     parsed = parse(command, argv)
     settings = replace(run_settings(parsed.args), local_threads=claim_local_threads(command, parsed))
-    if command == "watch" and settings.rescoring is not None and settings.rescoring.model is not None:
-        raise UsageError("--reward-model is for relabel run (watch: --reward-fn or --rm-url)")
     return parsed, settings
 
 

@@ -44,7 +44,7 @@ def rescoring(args: argparse.Namespace):
     """--reward-fn / --rm-url as resolved Rescoring settings (the verifier loaded once to check it), or None."""
     if all(getattr(args, name, None) is None for name in ("reward_fn", "rm_url", "reward_model")):
         return None
-    values = {"fn": args.reward_fn, "rm_url": args.rm_url, "model": args.reward_model,
+    values = {"fn": args.reward_fn, "rm_url": args.rm_url, "model": getattr(args, "reward_model", None),
               "batch_size": args.reward_batch_size, "style": args.reward_fn_style,
               "fn_args": tuple(args.reward_fn_args or ()), "version": args.reward_fn_version,
               "concurrency": args.reward_concurrency, "timeout": args.reward_timeout,
