@@ -22,6 +22,7 @@ from rollout_relabel.transforms.lib.rescoring import rows as rows_lib
 from rollout_relabel.transforms.lib.rescoring import store
 from rollout_relabel.transforms.lib.rescoring.calls import Answer
 from rollout_relabel.transforms.lib.rescoring.reward_model import (
+    checkpoint,
     model_class_and_config,
     scores,
     state_dict_file,
@@ -121,8 +122,10 @@ def model_handler(settings: RunSettings):
     model_class, config = model_class_and_config(rescoring.model)
     scratch = os.path.join(settings.output, store.FOLDER, "_model")
     wanted = settings.device if settings.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
+    # a dry run writes nothing: its plan names the checkpoint's own weights file
+    weights = checkpoint(rescoring.model)[1] if settings.dry_run else state_dict_file(rescoring.model, scratch)
     return PytorchModelHandlerKeyedTensor(
-        state_dict_path=state_dict_file(rescoring.model, scratch), model_class=model_class,
+        state_dict_path=weights, model_class=model_class,
         model_params={"config": config}, device="GPU" if wanted == "cuda" else "CPU", inference_fn=infer,
         min_batch_size=1, max_batch_size=rescoring.batch_size)
 
