@@ -9,6 +9,7 @@ from apache_beam.transforms.resources import parse_resource_hints
 from rollout_relabel.pipeline.compare_spec import parse_side
 from rollout_relabel.transforms.lib.errors import UsageError
 from rollout_relabel.transforms.lib.labeling.settings import CompareSettings, Labeling, RunSettings, WatchSettings
+from rollout_relabel.transforms.lib.rescoring.rows import reward_column
 from rollout_relabel.transforms.lib.rescoring.verifier import Rescoring, VerifierError, resolve
 
 # Dataflow's grammar for worker_accelerator and the accelerator resource hint
@@ -29,13 +30,20 @@ def run_settings(args: argparse.Namespace) -> RunSettings:
     _require_inputs(args)
     if not args.output:
         raise UsageError("--output is required (a directory)")
+    labels = labeling(args)
+    verifier = rescoring(args)
+    if verifier is not None:
+        try:
+            reward_column(labels)
+        except ValueError as error:
+            raise UsageError(str(error)) from error
     try:
         return RunSettings(
-            inputs=tuple(args.inputs), output=args.output, labeling=labeling(args), device=args.device,
+            inputs=tuple(args.inputs), output=args.output, labeling=labels, device=args.device,
             fail_fast=getattr(args, "fail_fast", False), max_dead_fraction=getattr(args, "max_dead_fraction", None),
             overwrite=args.overwrite, dry_run=getattr(args, "dry_run", False),
             core_resource_hints=core_resource_hints(args.core_resource_hints or []), progress=args.progress,
-            max_file_bytes=args.max_file_bytes, rescoring=rescoring(args))
+            max_file_bytes=args.max_file_bytes, rescoring=verifier)
     except ValueError as error:
         raise UsageError(str(error)) from error
 

@@ -275,7 +275,9 @@ def test_a_samples_own_custom_rm_path_is_never_imported(tmp_path):
 
 @pytest.mark.parametrize("flags", [["--reward-fn", "nowhere.py:rm"], ["--reward-fn", "json:nothing_here"],
                                    ["--reward-fn", "json:dumps", "--rm-url", "http://127.0.0.1:9/"],
-                                   ["--reward-fn", "json:dumps", "--reward-concurrency", "0"]])
+                                   ["--reward-fn", "json:dumps", "--reward-concurrency", "0"],
+                                   ["--reward-fn", "json:dumps", "--column", "reward=metadata.score"],
+                                   ["--reward-model", "no_such_dir"]])
 def test_bad_verifier_flags_are_usage_errors(tmp_path, flags):
     run_cli("run", "--input", SLIME, "--output", tmp_path / "out", *flags, check_codes=(2,))
 
