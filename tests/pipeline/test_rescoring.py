@@ -349,3 +349,35 @@ def test_a_reward_model_scores_the_stored_tokens_as_its_own_forward_pass(tmp_pat
     again = run_cli("run", "--input", SLIME, "--output", tmp_path / "out", "--reward-model", tmp_path / "rm",
                     "--device", "cpu")
     assert "nothing to do" in again.stdout + again.stderr
+
+
+def test_the_shuffle_path_rescores_as_the_one_pass_path(tmp_path, monkeypatch):
+    import apache_beam as beam
+
+    import rollout_relabel.pipeline.graph as graph
+    from rollout_relabel.pipeline.generate import RunSpec, write_parquet_run
+    from rollout_relabel.transforms.lib.io.inputs import expand_inputs
+    from rollout_relabel.transforms.lib.labeling.settings import RunSettings
+    from rollout_relabel.transforms.lib.rescoring.verifier import Rescoring, resolve
+
+    write_parquet_run(RunSpec(steps=2, prompts_per_step=3, files_per_step=2), tmp_path / "in")
+    write(tmp_path / "v.py", """
+        def judge(row):
+            if row["index"] is not None and row["index"] % 17 == 5:
+                raise ValueError("no verdict")
+            return ((row["index"] or 0) * 7 % 5) / 4
+    """)
+    rescoring = resolve(Rescoring(fn=f"{tmp_path}/v.py:judge", retries=0, workers=1))
+    outputs = {}
+    for name, split in (("one_pass", lambda files, **_: ([files], [])), ("shuffle", lambda files, **_: ([], files))):
+        monkeypatch.setattr(graph, "group_by_batch_sharing", split)
+        out = tmp_path / name
+        out.mkdir()
+        settings = RunSettings(inputs=(str(tmp_path / "in"),), output=str(out), device="cpu", rescoring=rescoring)
+        with beam.Pipeline(runner="FnApiRunner") as p:
+            graph.build(p, settings, expand_inputs(settings.inputs, settings.output))
+        outputs[name] = (rows(out), sorted((d["source"], d["row"], d["reason"]) for d in dead(out)))
+    assert outputs["shuffle"] == outputs["one_pass"]
+    written, letters = outputs["one_pass"]
+    assert written and letters and {reason for _, _, reason in letters} == {"reward-failed"}
+    assert all(r["raw_reward"] == np.float32(((r["index"] or 0) * 7 % 5) / 4) for r in written)
