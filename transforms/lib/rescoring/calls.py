@@ -124,8 +124,10 @@ class Caller:
             attempt = lambda payload: invoke(self._fn, rescoring.style, payload, self._args)  # noqa: E731
         else:
             if self._pool is None:
-                self._pool = concurrent.futures.ProcessPoolExecutor(
-                    rescoring.workers, mp_context=multiprocessing.get_context("spawn"))
+                # a daemonic worker process (some runners' workers) may not start processes: threads there
+                self._pool = concurrent.futures.ThreadPoolExecutor(rescoring.workers) \
+                    if multiprocessing.current_process().daemon else concurrent.futures.ProcessPoolExecutor(
+                        rescoring.workers, mp_context=multiprocessing.get_context("spawn"))
             loop = asyncio.get_running_loop()
             attempt = lambda payload: loop.run_in_executor(  # noqa: E731
                 self._pool, _in_worker, rescoring.fn, rescoring.style, payload, self._args)
