@@ -114,7 +114,6 @@ class Caller:
 
     async def _call_all(self, payloads, on_answer):
         rescoring = self._rescoring
-        limit = asyncio.Semaphore(rescoring.concurrency)
         session = None
         if rescoring.rm_url is not None:
             import aiohttp
@@ -132,15 +131,18 @@ class Caller:
             attempt = lambda payload: loop.run_in_executor(  # noqa: E731
                 self._pool, _in_worker, rescoring.fn, rescoring.style, payload, self._args)
 
-        async def one(i, payload):
-            async with limit:
-                answer = await with_retries(attempt, payload, rescoring)
-            if on_answer is not None:
-                on_answer(i, answer)
-            return answer
+        answers: list = [None] * len(payloads)
+        queue = iter(enumerate(payloads))  # shared by the callers: one task per call in flight, not per row
+
+        async def caller():
+            for i, payload in queue:
+                answers[i] = await with_retries(attempt, payload, rescoring)
+                if on_answer is not None:
+                    on_answer(i, answers[i])
 
         try:
-            return list(await asyncio.gather(*(one(i, p) for i, p in enumerate(payloads))))
+            await asyncio.gather(*(caller() for _ in range(min(rescoring.concurrency, len(payloads)))))
+            return answers
         finally:
             if session is not None:
                 await session.close()
