@@ -167,7 +167,9 @@ async def with_retries(attempt, payload, rescoring: Rescoring) -> Answer:
     error = None
     for n in range(1, rescoring.retries + 2):
         try:
-            return Answer(await asyncio.wait_for(attempt(payload), rescoring.timeout), attempts=n)
+            async with asyncio.timeout(rescoring.timeout):  # no task per attempt, unlike wait_for
+                value = await attempt(payload)
+            return Answer(value, attempts=n)
         except Refused as refused:
             return Answer(error_type="Refused", error=str(refused), attempts=n)
         except asyncio.TimeoutError:
