@@ -1,6 +1,8 @@
 """The `relabel run` pipeline: build(p, settings, files) wires the stages; pipeline/run.py runs it."""
 from __future__ import annotations
 
+import hashlib
+
 import apache_beam as beam
 
 from rollout_relabel.transforms.commit_run import CommitRun
@@ -70,6 +72,15 @@ def _rescore(settings: RunSettings) -> beam.PTransform:
     return RescoreRollouts(settings)
 
 
+def _digest(digests: list[str]) -> str:
+    return hashlib.sha256("\n".join(sorted(digests)).encode()).hexdigest()[:16]
+
+
+def _with_rewards_of(record: dict, digest: str) -> dict:
+    """The record whose batch inputs' identity covers every sibling's rewards (in its part file's lineage)."""
+    return dict(record, batch_inputs=f"{record['batch_inputs']}+rewards:{digest}")
+
+
 def _file_read(element):
     """(source, FileRead) -> the FileRead (keyed by source for JoinAndWrite; the manifest needs no key)."""
     return element[1]
@@ -82,9 +93,13 @@ def _shuffle_path(p, settings: RunSettings, shared: list[InputFile]) -> dict:
     siblings = batch_inputs(records)
     listed = p | "ListSharedBatchFiles" >> beam.Create([dict(r, batch_inputs=siblings) for r in records])
     if settings.rescoring is not None:
-        listed = (listed | "OneFileGroups" >> beam.Map(lambda record: [record])
-                  | "RescoreSharedBatchFiles" >> _rescore(settings)
-                  | "FileRecords" >> beam.FlatMap(lambda group: group))
+        rescored = (listed | "OneFileGroups" >> beam.Map(lambda record: [record])
+                    | "RescoreSharedBatchFiles" >> _rescore(settings)
+                    | "FileRecords" >> beam.FlatMap(lambda group: group))
+        # siblings share batches: a reward changed in one file changes the others' advantages too
+        every = (rescored | "EachFilesRewards" >> beam.Map(lambda record: record.get("rewards", ""))
+                 | "AllRewards" >> beam.combiners.ToList() | "RewardsDigest" >> beam.Map(_digest))
+        listed = rescored | "WithSiblingsRewards" >> beam.Map(_with_rewards_of, beam.pvalue.AsSingleton(every))
     read = listed | "ReadRollouts" >> ReadRollouts(settings)
     batches = read[SLIM] | "GatherBatches" >> GatherBatches()
     computed = batches | "GroupAdvantages" >> GroupAdvantages(settings).with_resource_hints(

@@ -381,3 +381,42 @@ def test_the_shuffle_path_rescores_as_the_one_pass_path(tmp_path, monkeypatch):
     written, letters = outputs["one_pass"]
     assert written and letters and {reason for _, _, reason in letters} == {"reward-failed"}
     assert all(r["raw_reward"] == np.float32(((r["index"] or 0) * 7 % 5) / 4) for r in written)
+
+
+def test_on_the_shuffle_path_a_retried_reward_rewrites_its_batch_siblings(tmp_path, monkeypatch):
+    import apache_beam as beam
+
+    import rollout_relabel.pipeline.graph as graph
+    from rollout_relabel.pipeline.generate import RunSpec, write_parquet_run
+    from rollout_relabel.transforms.lib.io.inputs import expand_inputs
+    from rollout_relabel.transforms.lib.labeling.settings import RunSettings
+    from rollout_relabel.transforms.lib.rescoring.verifier import Rescoring, resolve
+
+    write_parquet_run(RunSpec(steps=1, prompts_per_step=4, files_per_step=2), tmp_path / "in")
+    write(tmp_path / "v.py", """
+        import os
+        def judge(row):
+            if row["index"] == 3 and not os.path.exists(os.environ["JUDGE_UP"]):
+                raise ConnectionError("judge down")
+            return ((row["index"] or 0) * 7 % 5) / 4
+    """)
+    monkeypatch.setenv("JUDGE_UP", str(tmp_path / "up"))
+    monkeypatch.setattr(graph, "group_by_batch_sharing", lambda files, **_: ([], files))
+    rescoring = resolve(Rescoring(fn=f"{tmp_path}/v.py:judge", retries=0, workers=1))
+
+    def run(out):
+        settings = RunSettings(inputs=(str(tmp_path / "in"),), output=str(out), device="cpu", rescoring=rescoring)
+        with beam.Pipeline(runner="FnApiRunner") as p:
+            graph.build(p, settings, expand_inputs(settings.inputs, settings.output))
+        return rows(out)
+
+    out = tmp_path / "out"
+    out.mkdir()
+    first = run(out)
+    assert [d["reason"] for d in dead(out)] and {d["reason"] for d in dead(out)} == {"reward-failed"}
+    (tmp_path / "up").write_text("")
+    again = run(out)
+    fresh_dir = tmp_path / "fresh"
+    fresh_dir.mkdir()
+    assert again == run(fresh_dir) != first  # the row retried, and both files of its batch rewritten
+    assert json.loads((out / "_manifest.json").read_text())["counts"]["rows_dead"] == 0
