@@ -12,7 +12,7 @@ $(BIN)/python:
 
 $(STAMP): $(BIN)/python pyproject.toml constraints.txt
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -c constraints.txt -e '.[test,bench,dask,rm]'
+	$(BIN)/pip install --quiet -c constraints.txt -e '.[test,bench,dask,delta,rm]'
 	touch $(STAMP)
 
 install: $(STAMP)

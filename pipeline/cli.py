@@ -1,7 +1,7 @@
-"""`relabel`: run | watch | compare | export | demo | schema (also `python -m rollout_relabel`).
+"""`relabel`: run | watch | compare | export | demo | schema | backfill (also `python -m rollout_relabel`).
 
-The process edge: exit codes come from ExitCode and the error types in
-transforms/lib/errors.py; a usage error is one line on stderr.
+The process edge (at_the_edge), one for every command: exit codes come from ExitCode and the error
+types in transforms/lib/errors.py; each failure is one line on stderr, without a traceback.
 """
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ import os
 import re
 import sys
 import threading
+from collections.abc import Callable
 
 from rollout_relabel.pipeline.worker_output import TRACEBACK_ENV
 from rollout_relabel.transforms.lib.errors import ExitCode, UsageError
@@ -25,11 +26,12 @@ COMMANDS = {
     "export": "write training rows as slime / miles rollout dumps (one <rollout_id>.pt a batch)",
     "demo": "generate a small realistic rollout set and relabel it",
     "schema": "print the input, training-row and dead-letter schemas",
+    "backfill": "relabel every run folder under a root, one commit (Delta) or folder per run",
 }
 
 
 def entry() -> None:
-    """The console command: main(), then a quick exit (pipeline/beam_internals.py says why).
+    """The console command: main(), then a quick exit (pipeline/beam_internals/ says why).
 
     The cyclic garbage collector is off while the command's modules are imported (settle_heap turns it
     back on): importing Beam allocates objects that live as long as the process and frees almost
@@ -51,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
         logging.getLogger("apache_beam").setLevel(logging.CRITICAL)
     argv = list(sys.argv[1:] if argv is None else argv)
     command, rest = (argv[0], argv[1:]) if argv and argv[0] in COMMANDS else (None, argv)
-    if command in ("run", "watch", "compare"):
+    if command in ("run", "watch", "compare", "backfill"):
         return pipeline_command(command, rest)
     if command == "export":
         return export_command(rest)
@@ -64,38 +66,23 @@ def main(argv: list[str] | None = None) -> int:
     demo.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     if args.command == "schema":
-        from rollout_relabel import schemas
-        print(schemas.describe())
-        return ExitCode.OK
+        return at_the_edge("schema", _print_schemas)
     from rollout_relabel.pipeline.demo import run_demo
-    return run_demo(args.workdir, seed=args.seed)
+    return at_the_edge("demo", lambda: run_demo(args.workdir, seed=args.seed))
 
 
-def pipeline_command(command: str, argv: list[str]) -> int:
-    """run, watch and compare: own help, Beam's help, usage errors as one line.
+def at_the_edge(command: str, work: Callable[[], int]) -> int:
+    """The process edge every command goes through: work() prints what it made and returns its exit code;
+    what it raises becomes one line on stderr and the code of its type (ExitCode), no traceback:
 
-    Each command imports its module when called: `relabel schema` and the help never import Beam's runners.
+    - UsageError (bad options or configuration, nothing written): "relabel: error: ...", 2;
+    - Ctrl-C: "relabel: interrupted: ...", 130; what is committed stays, and a rerun finishes the rest;
+    - anything else (a bug, an environment failure mid-run): "relabel: failed: <the cause>", 1; the
+      traceback only with RELABEL_TRACEBACK=1. A run a worker stopped on purpose (RunStopped) is not
+      raised this far: the command reads its stop record and returns that type's exit code.
     """
-    from rollout_relabel.pipeline.beam_internals import sample_states_often
-    from rollout_relabel.pipeline.flags import PARSERS
-    from rollout_relabel.pipeline.parse import print_beam_help
-
-    if "-h" in argv or "--help" in argv:
-        PARSERS[command]().print_help()
-        return ExitCode.OK
-    if "--help-beam" in argv:
-        print_beam_help(command)
-        return ExitCode.OK
     try:
-        if command == "run":
-            from rollout_relabel.pipeline.run import run as run_command
-        elif command == "watch":
-            from rollout_relabel.pipeline.watch import run_watch as run_command
-        else:
-            from rollout_relabel.pipeline.compare import compare as run_command
-        settle_heap()
-        sample_states_often()  # this process's bundles end without waiting out Beam's sampling period
-        outcome = run_command(argv)
+        return work()
     except UsageError as error:
         print(f"relabel: error: {error}", file=sys.stderr)
         return ExitCode.USAGE
@@ -111,8 +98,60 @@ def pipeline_command(command: str, argv: list[str]) -> int:
         print(f"relabel: failed: {_cause(error)} (nothing more is committed; {notes + '; ' if notes else ''}"
               f"{TRACEBACK_ENV}=1 shows the traceback)", file=sys.stderr)
         return ExitCode.INTERNAL
+
+
+def reported(outcome) -> int:
+    """A command's outcome (summary() and exit_code) printed on stdout: its exit code."""
     print(outcome.summary())
     return outcome.exit_code
+
+
+def pipeline_command(command: str, argv: list[str]) -> int:
+    """run, watch and compare: own help, Beam's help, then the work at the process edge.
+
+    Each command imports its module when called: `relabel schema` and the help never import Beam's runners.
+    """
+    from rollout_relabel.pipeline.flags import PARSERS
+    from rollout_relabel.pipeline.parse import print_beam_help
+
+    if "-h" in argv or "--help" in argv:
+        PARSERS[command]().print_help()
+        return ExitCode.OK
+    if "--help-beam" in argv:
+        print_beam_help(command)
+        return ExitCode.OK
+    return at_the_edge(command, lambda: _run_pipeline_command(command, argv))
+
+
+def _run_pipeline_command(command: str, argv: list[str]) -> int:
+    from rollout_relabel.pipeline.beam_internals import sample_states_often
+
+    if command == "run":
+        from rollout_relabel.pipeline.run import run as run_command
+    elif command == "watch":
+        from rollout_relabel.pipeline.watch import run_watch as run_command
+    elif command == "backfill":
+        from rollout_relabel.pipeline.backfill import backfill as run_command
+    else:
+        from rollout_relabel.pipeline.compare import compare as run_command
+    settle_heap()
+    sample_states_often()  # this process's bundles end without waiting out Beam's sampling period
+    return reported(run_command(argv))
+
+
+def export_command(argv: list[str]) -> int:
+    """export: plain Python, no Beam pipeline; its own help, then the work at the same process edge."""
+    from rollout_relabel.pipeline.flags import export_parser
+
+    if "-h" in argv or "--help" in argv:
+        export_parser().print_help()
+        return ExitCode.OK
+
+    def work() -> int:
+        from rollout_relabel.pipeline.export import export
+        return reported(export(argv))
+
+    return at_the_edge("export", work)
 
 
 def settle_heap() -> None:
@@ -121,6 +160,12 @@ def settle_heap() -> None:
     if not gc.isenabled():
         gc.freeze()
         gc.enable()
+
+
+def _print_schemas() -> int:
+    from rollout_relabel import schemas
+    print(schemas.describe())
+    return ExitCode.OK
 
 
 def _quiet(args) -> None:
@@ -135,23 +180,6 @@ def _cause(error: BaseException) -> str:
     while cause and CAUSE.match(cause.split(": ", 1)[-1]):  # "RuntimeError: OSError: ...": the inner one
         cause = cause.split(": ", 1)[1]
     return cause if cause else f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
-
-
-def export_command(argv: list[str]) -> int:
-    """export: plain Python, no Beam pipeline; usage errors as one line."""
-    from rollout_relabel.pipeline.flags import export_parser
-
-    if "-h" in argv or "--help" in argv:
-        export_parser().print_help()
-        return ExitCode.OK
-    try:
-        from rollout_relabel.pipeline.export import export
-        outcome = export(argv)
-    except UsageError as error:
-        print(f"relabel: error: {error}", file=sys.stderr)
-        return ExitCode.USAGE
-    print(outcome.summary())
-    return outcome.exit_code
 
 
 if __name__ == "__main__":  # pragma: no cover

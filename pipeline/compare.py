@@ -5,11 +5,12 @@ report.md and the plots (transforms/lib/compare/report.py).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import apache_beam as beam
 
 from rollout_relabel.pipeline import progress, worker_output
+from rollout_relabel.pipeline.compare_spec import DELTA, STORED, STORED_ADVANTAGE, labeling_from_record, parse_delta
 from rollout_relabel.pipeline.local_threads import claim_local_threads
 from rollout_relabel.pipeline.parse import Parsed, parse
 from rollout_relabel.pipeline.runner_checks import check_runner
@@ -20,8 +21,8 @@ from rollout_relabel.transforms.lib.errors import ExitCode, UsageError
 from rollout_relabel.transforms.lib.io import filesystem
 from rollout_relabel.transforms.lib.io.inputs import expand_inputs
 from rollout_relabel.transforms.lib.io.plan import group_by_batch_sharing
-from rollout_relabel.transforms.lib.labeling.settings import CompareSettings
-from rollout_relabel.transforms.lib.output import lease, output_files
+from rollout_relabel.transforms.lib.labeling.settings import CompareSettings, Side
+from rollout_relabel.transforms.lib.output import delta_table, lease, output_files
 from rollout_relabel.transforms.lib.output.output_dir import make_writable
 from rollout_relabel.transforms.lib.output.records import BATCHES, FILES, GROUPS, POINTS
 from rollout_relabel.transforms.write_compare_report import WriteCompareReport
@@ -59,9 +60,41 @@ class CompareOutcome:
 
 def parse_compare(argv: list[str]) -> tuple[Parsed, CompareSettings]:
     parsed = parse("compare", argv)
+    a_spec, b_side = _delta_sides(parsed)
     settings = compare_settings(parsed.args)
+    if a_spec is not None:
+        settings = replace(settings, a=replace(settings.a, spec=a_spec))
+    if b_side is not None:
+        settings = replace(settings, b=b_side)
     claim_local_threads("compare", parsed)
     return parsed, settings
+
+
+def _delta_sides(parsed: Parsed) -> tuple[str | None, Side | None]:
+    """`--a delta:...`: the version's rows become the input and A their stored advantage, read the way the
+    run that made them read its input; `--b delta:...`: B is the labeling that made that version's rows
+    (returned, to replace the placeholder spec B is parsed with), and A's spec as given."""
+    args = parsed.args
+    a_spec = None
+    filesystem.use_options(parsed.options)
+    if args.compare_a and args.compare_a.strip().startswith(DELTA):
+        if args.inputs:
+            raise UsageError(f"--a {args.compare_a}: the rollouts are that version's rows; drop --input")
+        table, version, run = parse_delta("--a", args.compare_a)
+        found = delta_table.version_rows(table, version, run)
+        made_by = labeling_from_record("--a", args.compare_a, found.record["options"]).values()
+        for name in (*Side.RUN_WIDE, "reward_key"):  # how those rows were read: as the run read its input
+            if name in made_by:
+                setattr(args, name, made_by[name])
+        args.inputs = list(found.files)
+        a_spec, args.compare_a = args.compare_a.strip(), STORED + STORED_ADVANTAGE
+    if args.compare_b and args.compare_b.strip().startswith(DELTA):
+        spec = args.compare_b.strip()
+        table, version, run = parse_delta("--b", spec)
+        found = delta_table.version_rows(table, version, run)
+        args.compare_b = found.record["options"].get("semantics", "rollout-mainstream")
+        return a_spec, Side(labeling_from_record("--b", spec, found.record["options"]), spec)
+    return a_spec, None
 
 
 def build(p: beam.Pipeline, settings: CompareSettings, files, progress_dir: str | None):

@@ -6,6 +6,12 @@ the run-wide flags and its spec overrides them.
 
 `--a column:NAME` is the advantage the input already stores at NAME (a column or a dotted path, as
 --column SOURCE takes): a framework's own advantages, compared with B computed as usual.
+
+`--a delta:TABLE@VERSION[#RUN]` is a run's rows in one version of a Delta table written by
+`relabel run --output-format delta`: those rows are the rollouts (no --input), A is the advantage they
+store. `--b delta:TABLE@VERSION[#RUN]` is the labeling recorded in the commit that made that run's rows
+in that version (its options record): B is computed with it, which reproduces what that version stores,
+so two versions of one table compare as "what did the backfill change".
 """
 from __future__ import annotations
 
@@ -22,6 +28,8 @@ ALIASES = {"std": "std_normalization"}
 # the semantics is the spec's first word; the reward's fields are the run's
 NOT_PER_SIDE = Side.NOT_PER_SIDE + Side.RUN_WIDE + ("semantics",)
 STORED = "column:"  # --a column:NAME
+DELTA = "delta:"  # --a / --b delta:TABLE@VERSION[#RUN]
+STORED_ADVANTAGE = "advantage"  # the training rows' advantage column
 SWITCH = {"on": True, "true": True, "yes": True, "1": True, "off": False, "false": False, "no": False, "0": False}
 
 
@@ -104,6 +112,29 @@ def _stored_side(flag: str, spec: str, base: dict) -> Side:
     except ValueError as error:
         raise UsageError(f"{flag} {spec}: {error}") from error
     return Side(labeling, spec.strip(), stored_column=path)
+
+
+def parse_delta(flag: str, spec: str) -> tuple[str, int, str | None]:
+    """`delta:TABLE@VERSION[#RUN]` -> (table, version, run or None)."""
+    text = spec.strip()[len(DELTA):]
+    text, _, run = text.partition("#")
+    table, at, version = text.rpartition("@")
+    if not at or not table or not version.isdigit():
+        raise UsageError(f"{flag} {spec}: expected delta:TABLE@VERSION (or delta:TABLE@VERSION#RUN), "
+                         "e.g. delta:s3://bucket/rows@3#run-7")
+    return table, int(version), run or None
+
+
+def labeling_from_record(flag: str, spec: str, options: dict) -> Labeling:
+    """The Labeling a commit's options record describes (JSON lists back to the tuples Labeling holds)."""
+    def frozen(value):
+        return tuple(frozen(v) for v in value) if isinstance(value, list) else value
+
+    values = {k: frozen(v) for k, v in options.items() if k in Labeling.option_names()}
+    try:
+        return Labeling.from_values(values)
+    except ValueError as error:
+        raise UsageError(f"{flag} {spec}: its options record is not one this version reads: {error}") from error
 
 
 def _plain(hint) -> type:

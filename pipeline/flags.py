@@ -188,6 +188,35 @@ def run_parser() -> Parser:
     parser = _parser("run", "--input PATH... --output DIR [options]",
                      "Relabel stored rollouts into Parquet training rows with advantages.")
     _add_io(parser, "output directory (local path or any Beam filesystem URL)")
+    add_table_output(parser)
+    add_labeling(parser)
+    _add_running(parser, "run")
+    return parser
+
+
+def add_table_output(parser: Parser, run_name: bool = True) -> None:
+    """--output-format and what a Delta table output takes (docs/backfills.md); a backfill names each run
+    after its folder (no --run-name)."""
+    group = parser.group("table output")
+    group.add_argument("--output-format", dest="output_format", choices=("parquet", "delta"), default="parquet",
+                       help="parquet: a folder of part files and _manifest.json (default); delta: --output is a "
+                            "Delta table, each run published by one commit")
+    if run_name:
+        group.add_argument("--run-name", dest="run_name", metavar="NAME",
+                           help="delta: the run partition the rows go to (default: the input folder's name)")
+    group.add_argument("--storage-option", dest="storage_options", action="append", metavar="KEY=VALUE",
+                       help="delta: a deltalake storage option for the table's store, e.g. "
+                            "AWS_ENDPOINT_URL=http://host:9000 (repeatable)")
+
+
+def backfill_parser() -> Parser:
+    parser = _parser("backfill", "--runs ROOT --output TABLE_OR_DIR [options]",
+                     "Relabel every run folder under ROOT in one process: one commit (or one folder) per run.")
+    group = parser.group("input and output")
+    group.add_argument("--runs", metavar="ROOT", help="a folder holding one folder of rollouts per run")
+    group.add_argument("--output", help="delta: the table every run goes to (its run partition); parquet: a "
+                                        "folder holding one output folder per run")
+    add_table_output(parser, run_name=False)
     add_labeling(parser)
     add_rescoring(parser)
     _add_running(parser, "run")
@@ -253,4 +282,5 @@ def export_parser() -> Parser:
     return parser
 
 
-PARSERS = {"run": run_parser, "watch": watch_parser, "compare": compare_parser, "export": export_parser}
+PARSERS = {"run": run_parser, "watch": watch_parser, "compare": compare_parser, "export": export_parser,
+           "backfill": backfill_parser}

@@ -56,4 +56,16 @@ def expand_format(argv: list[str], command: str | None = None) -> list[str]:
             continue
         rest.append(token)
         i += 1
+    # a --column of the command line (or of a run config) replaces the preset's for the same NAME
+    given = {_column_name(rest[j], rest[j + 1] if j + 1 < len(rest) else "") for j in range(len(rest))} - {None}
+    presets = [flag for flag in presets if _column_name(flag, "") not in given]
     return presets + rest
+
+
+def _column_name(token: str, following: str) -> str | None:
+    """The NAME of a `--column=NAME=SOURCE` (or `--column NAME=SOURCE`: `following` is its value)."""
+    if token.startswith("--column="):
+        return token[len("--column="):].partition("=")[0].strip()
+    if token == "--column" and "=" in following:
+        return following.partition("=")[0].strip()
+    return None

@@ -19,7 +19,7 @@ from rollout_relabel.transforms.lib.errors import UsageError
 
 DEFAULT_RUNNER = "FnApiRunner"  # in-process; the DirectRunner would try to download Prism
 # Runners named by a short name Beam does not register, or by a path we replace: name -> the class run.
-# Beam's own Dask runner mixes up tagged outputs (pipeline/dask_runner.py), so its path maps to ours too.
+# Beam's own Dask runner mixes up tagged outputs (pipeline/beam_internals/dask.py), so its path maps to ours too.
 DASK_RUNNER = "rollout_relabel.pipeline.dask_runner.DaskRunner"
 RUNNER_PATHS = {"daskrunner": DASK_RUNNER, "apache_beam.runners.dask.dask_runner.daskrunner": DASK_RUNNER,
                 DASK_RUNNER.lower(): DASK_RUNNER}

@@ -78,9 +78,25 @@ def parse_run(argv: list[str], command: str = "run") -> tuple[Parsed, RunSetting
 
 def run(argv: list[str], test_pipeline: beam.Pipeline | None = None) -> RunOutcome:
     parsed, settings = parse_run(argv)
+    return run_parsed(parsed, settings, test_pipeline)
+
+
+def run_parsed(parsed: Parsed, settings: RunSettings, test_pipeline: beam.Pipeline | None = None) -> RunOutcome:
+    """A run whose flags are parsed: into a folder, or (--output-format delta) a Delta table's commit."""
+    filesystem.use_options(parsed.options)
+    if getattr(parsed.args, "output_format", "parquet") == "delta":
+        from rollout_relabel.pipeline.backfill import run_delta
+
+        return run_delta(parsed, settings, test_pipeline)
+    return relabel_into(parsed, settings, test_pipeline)
+
+
+def relabel_into(parsed: Parsed, settings: RunSettings, test_pipeline: beam.Pipeline | None = None,
+                 files=None) -> RunOutcome:
+    """The folder run: settings.output is the folder the part files and the manifest go to."""
     options = parsed.options
     runner_check = check_runner(options, settings)
-    files = expand_inputs(settings.inputs, settings.output)
+    files = files if files is not None else expand_inputs(settings.inputs, settings.output)
     if not files:
         raise UsageError(f"no .pt or .parquet files found under {' '.join(settings.inputs)}")
     output = settings.output
@@ -119,7 +135,7 @@ def _relabel(parsed: Parsed, settings: RunSettings, files, runner_check: RunnerC
         _check_partial_output(output, files, settings)
 
     labeling = settings.labeling
-    footers = read_footers(files, step=labeling.step_column())
+    footers = read_footers(files, step=labeling.step_column(), max_bytes=settings.max_file_bytes)
     one_pass, shared = groups = group_by_batch_sharing(files, footers=footers, batch_from=labeling.batch_from)
     if settings.local_threads:
         group_bytes = [sum(footers[f.path].decoded_bytes for f in group) for group in one_pass]

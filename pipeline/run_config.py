@@ -21,7 +21,10 @@ def config_argv(path: str, parser, beam: set[str]) -> list[str]:
     (`beam`: the names of the pipeline options Beam knows)."""
     try:
         with open(path, encoding="utf-8") as handle:
-            data = yaml.safe_load(handle) or {}
+            data = yaml.load(handle, Loader=_StrictLoader) or {}  # noqa: S506 - a SafeLoader, stricter
+    except yaml.MarkedYAMLError as error:  # one line: what, and where
+        mark = error.problem_mark
+        raise UsageError(f"--config {path}: {error.problem}" + (f" (line {mark.line + 1})" if mark else "")) from error
     except (OSError, yaml.YAMLError) as error:
         raise UsageError(f"--config {path}: {error}") from error
     if not isinstance(data, dict):
@@ -34,12 +37,15 @@ def config_argv(path: str, parser, beam: set[str]) -> list[str]:
     argv = []
     for key, value in data.items():
         name = _name(str(key))
+        if name == "config":  # one config per --config: a config naming another would hide where a value is from
+            raise UsageError(f"--config {path}: key {key!r}: a run config cannot name another; give each with "
+                             "--config")
         if name in by_flag:
             argv += _our_flags(*by_flag[name], value, path, key, by_name=True)
         elif name in by_dest:
             action = by_dest[name]
             argv += _our_flags(action.option_strings[0], action, value, path, key, by_name=False)
-        elif name in beam:
+        elif name in beam or _beam_flag(name, value):
             argv += _beam_flags(name, value)
         else:
             raise UsageError(f"--config {path}: unknown key {key!r}")
@@ -62,11 +68,63 @@ def _our_flags(flag: str, action: argparse.Action, value, path: str, key, by_nam
         return [flag] if (value if by_name else value == action.const) else []
     if value is None:
         return []
+    many = _repeatable(action)
+    if isinstance(value, (list, dict)) and not many:
+        raise UsageError(f"--config {path}: {key} takes one value, got a {type(value).__name__}: {value!r}")
     if isinstance(value, list):
-        return [f"{flag}={item}" for item in value]
+        return [f"{flag}={_scalar(item, path, key)}" for item in value]
     if isinstance(value, dict):  # `columns: {reward: score}` -> --column reward=score
-        return [f"{flag}={k}={v}" for k, v in value.items()]
+        return [f"{flag}={_scalar(k, path, key)}={_scalar(v, path, key)}" for k, v in value.items()]
     return [f"{flag}={value}"]
+
+
+def _repeatable(action: argparse.Action) -> bool:
+    """Whether the flag takes several values (repeated, or a list): a YAML list or mapping may fill it."""
+    return type(action).__name__ in ("_AppendAction", "_ExtendAction") or action.nargs in ("*", "+") or (
+        isinstance(action.nargs, int) and action.nargs > 1)
+
+
+def _scalar(value, path, key):
+    if isinstance(value, (list, dict)):
+        raise UsageError(f"--config {path}: {key} takes plain values, got a {type(value).__name__}: {value!r}")
+    return value
+
+
+def _beam_flag(name: str, value) -> bool:
+    """Whether Beam knows `--name` as a flag whose option has another name (`--dask_client_address` fills
+    `address`): Beam keeps an unknown flag under its own name, a known one under its option's."""
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    flags = _beam_flags(name, value)
+    if not flags:
+        return False
+    try:
+        parsed = PipelineOptions(flags).get_all_options(retain_unknown_options=True)
+    except (SystemExit, ValueError, TypeError):  # Beam refuses the value: not one of its flags as given
+        return False
+    return name not in parsed
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """YAML's safe loader, refusing what a run config never needs and what hides mistakes: aliases (a few
+    lines of them expand into gigabytes) and a key given twice (which of the two is meant?)."""
+
+    def compose_node(self, parent, index):
+        if self.check_event(yaml.AliasEvent):
+            event = self.peek_event()
+            raise yaml.composer.ComposerError(None, None, f"alias *{event.anchor} refused: a run config takes no "
+                                              "aliases or anchors", event.start_mark)
+        return super().compose_node(parent, index)
+
+    def construct_mapping(self, node, deep=False):
+        seen = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=True)
+            if key in seen:
+                raise yaml.constructor.ConstructorError(None, None, f"key {key!r} is given twice",
+                                                        key_node.start_mark)
+            seen.add(key)
+        return super().construct_mapping(node, deep)
 
 
 def _need_bool(value, path, key) -> None:

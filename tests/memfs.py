@@ -105,7 +105,8 @@ class MemoryFileSystem(FileSystem):
 
     @staticmethod
     def _wrap(raw, path, compression_type):
-        compression_type = FileSystem._get_compression_type(path, compression_type)  # noqa: SLF001
+        if compression_type == CompressionTypes.AUTO:  # as Beam's FileSystem decides it, from the name
+            compression_type = CompressionTypes.detect_compression_type(path)
         if compression_type == CompressionTypes.UNCOMPRESSED:
             return raw
         return CompressedFile(raw, compression_type=compression_type)

@@ -7,6 +7,7 @@ file under the progress folder once done, which the driver polls to show progres
 """
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 
@@ -15,10 +16,10 @@ from apache_beam import pvalue
 
 from rollout_relabel.transforms.dofns import CoreDoFn
 from rollout_relabel.transforms.lib.compare.batches import compare_batch
-from rollout_relabel.transforms.lib.errors import BadFile
 from rollout_relabel.transforms.lib.io.readers import read_table
+from rollout_relabel.transforms.lib.labeling.file_group import Buckets, Unreadable, read_slim
 from rollout_relabel.transforms.lib.labeling.settings import CompareSettings
-from rollout_relabel.transforms.lib.labeling.slim import extract_slim, slim_input_columns
+from rollout_relabel.transforms.lib.labeling.slim import slim_input_columns
 from rollout_relabel.transforms.lib.output import output_files
 from rollout_relabel.transforms.lib.output.records import BATCHES, FILES, GROUPS, POINTS
 from rollout_relabel.transforms.lib.rescoring import rows, store
@@ -51,38 +52,30 @@ class CompareFileGroupFn(CoreDoFn):
     def process(self, group):
         settings = self._settings
         reward = settings.reward_fields()
+        columns = slim_input_columns(reward)
         names = {r["path"]: r["name"] for r in group}
-        batches: dict[str, list] = {}
-        batches_a: dict[str, list] = {}
-        sizes: dict[str, list | None] = {}
+        buckets, buckets_a = Buckets(), Buckets()
         rows_read = 0
-        for record in group:
-            source = record["path"]
-            try:
-                # a verifier sees whole rows: then every column is read, once for both sides
-                table, metadata = read_table(source, columns=None if self._callers else slim_input_columns(reward))
-                if self._callers:
-                    parts_a = extract_slim(self._rescored(table, record, "a"), source, reward)
-                    parts = extract_slim(self._rescored(table, record, "b"), source, reward)
-                else:
-                    parts = extract_slim(table, source, reward)
-            except BadFile as bad:  # counted in the report under both labelings
-                yield pvalue.TaggedOutput(FILES, {"name": record["name"], "rows": 0, "reason": bad.reason,
-                                                  "message": bad.message})
+        # a verifier sees whole rows: then every column is read, once for both sides
+        read_columns = None if self._callers else columns
+        views = ((self._side_view("b"), self._side_view("a")) if self._callers else (None, None))
+        for item in read_slim(group, lambda record: read_table(record["path"], columns=read_columns), reward,
+                              *views):
+            if isinstance(item, Unreadable):  # counted in the report under both labelings
+                yield pvalue.TaggedOutput(FILES, {"name": item.record["name"], "rows": 0, "reason": item.reason,
+                                                  "message": item.message})
                 continue
-            rows_read += table.num_rows
-            counter("rows_in").inc(table.num_rows)
-            yield pvalue.TaggedOutput(FILES, {"name": record["name"], "rows": table.num_rows, "reason": None,
-                                              "message": None})
-            for batch_key, slim in parts:
-                batches.setdefault(batch_key, []).append((source, slim))
-                sizes[batch_key] = metadata["prompt_group_sizes"]
+            rows_read += item.table.num_rows
+            counter("rows_in").inc(item.table.num_rows)
+            yield pvalue.TaggedOutput(FILES, {"name": item.record["name"], "rows": item.table.num_rows,
+                                              "reason": None, "message": None})
+            buckets.add(item)
             if self._callers:
-                for batch_key, slim in parts_a:
-                    batches_a.setdefault(batch_key, []).append((source, slim))
-        for batch_key in sorted(batches):
-            result = compare_batch(batch_key, batches[batch_key], sizes[batch_key], settings.a, settings.b, names,
-                                   self.device, parts_a=batches_a.get(batch_key) if self._callers else None)
+                buckets_a.add(dataclasses.replace(item, parts=item.second_parts))
+        parts_a = {batch_key: parts for batch_key, parts, _ in buckets_a.in_order()}
+        for batch_key, parts, sizes in buckets.in_order():
+            result = compare_batch(batch_key, parts, sizes, settings.a, settings.b, names, self.device,
+                                   parts_a=parts_a.get(batch_key) if self._callers else None)
             yield result.record
             for listed in result.groups:
                 yield pvalue.TaggedOutput(GROUPS, listed)
@@ -92,6 +85,9 @@ class CompareFileGroupFn(CoreDoFn):
             output_files.write_bytes_atomically(json.dumps({"files": len(group), "rows": rows_read}).encode(),
                                                 self._progress_dir, progress_name(group))
 
+    def _side_view(self, side: str):
+        """(rows read, their record) -> the rows with this side's rewards (file_group.read_slim's view)."""
+        return lambda table, record: self._rescored(table, record, side)
 
     def _rescored(self, table, record: dict, side: str):
         """The table with this side's rewards: its verifier's (kept under the report's _rewards/), else stored."""

@@ -1,23 +1,28 @@
-"""What the stages' DoFns share: the core's device set-up, fail-fast stops and a file's tagged outputs.
+"""What the stages' DoFns share: the core's device set-up, fail-fast stops, and the outputs and counters of
+what the pure layer's file-group functions yield (transforms/lib/labeling/file_group.py).
 
-Not a stage: the stages (one per module beside this one) import it.
+Not a stage: the stages (one per module beside this one) import it. Outputs are built as (tag, value)
+pairs, so a DoFn emits them (tagged()) and a stage that keeps them (RelabelLandedFiles) collects them,
+both from one mapping.
 """
 from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
 
 import apache_beam as beam
 from apache_beam import pvalue
 
-from rollout_relabel.transforms.lib.errors import FailFast, InputChanged
-from rollout_relabel.transforms.lib.io.readers import read_input
+from rollout_relabel.transforms.lib.errors import FailFast
+from rollout_relabel.transforms.lib.labeling.file_group import Unreadable
 from rollout_relabel.transforms.lib.labeling.label_batch import BatchResult
-from rollout_relabel.transforms.lib.labeling.settings import RunSettings
 from rollout_relabel.transforms.lib.output.dead_letters import file_dead_letter
 from rollout_relabel.transforms.lib.output.output_dir import stop_run
 from rollout_relabel.transforms.lib.output.part_files import FileOutcome
-from rollout_relabel.transforms.lib.output.records import DEAD, FILES, FILTERED, BatchCounts, FileRead
-from rollout_relabel.transforms.lib.rescoring import rows, store
+from rollout_relabel.transforms.lib.output.records import COUNTERS, DEAD, FILES, FILTERED, STATS, BatchCounts, FileRead
 from rollout_relabel.transforms.lib.worker.device import resolve_device
 from rollout_relabel.transforms.metrics import counter
+
+Output = tuple[str, object]  # (tag, value)
 
 
 class CoreDoFn(beam.DoFn):
@@ -31,27 +36,10 @@ class CoreDoFn(beam.DoFn):
         self.device = resolve_device(self._requested_device)
 
 
-def read_planned(record: dict, settings: RunSettings, columns=None, rescored: bool = True):
-    """An input's rows, as the plan listed it (readers.read_input); a changed input stops the run.
-
-    With rescoring, the rows carry the rewards the rescore stage recorded for them (rescored=False: as stored).
-    """
-    try:
-        table, metadata = read_input(record, columns, settings.max_file_bytes, use_threads=settings.parallel_decode)
-    except InputChanged as changed:
-        raise stop_run(settings.output, changed) from None
-    if settings.rescoring is not None and rescored:
-        table = with_new_rewards(table, record, settings)
-    return table, metadata
-
-
-def with_new_rewards(table, record: dict, settings: RunSettings):
-    """The rewards the rescore stage recorded for this input, in place of the stored ones."""
-    answers = store.read_rows(settings.output, record["output"])
-    if answers is None or answers.num_rows != table.num_rows:
-        raise RuntimeError(f"{record['path']}: the rescore stage recorded no rewards for its {table.num_rows} rows")
-    return rows.apply(table, answers.column("value").to_pylist(), answers.column("error").to_pylist(),
-                      rows.reward_column(settings.labeling))
+def tagged(outputs: Iterable[Output], main: str):
+    """(tag, value) pairs as a DoFn's outputs: the main tag's values as they are, the others tagged."""
+    for tag, value in outputs:
+        yield value if tag == main else pvalue.TaggedOutput(tag, value)
 
 
 def stop_on_dead_rows(result: BatchResult, batch_key: str, fail_fast: bool, output: str) -> None:
@@ -67,21 +55,43 @@ def count_batch(counts: BatchCounts) -> None:
         counter(name).inc(getattr(counts, name))
 
 
-def dead_file_outputs(source: str, reason: str, message: str, fail_fast: bool, output: str):
+def read_outputs(read: FileRead) -> Iterator[Output]:
+    """An input read: its rows counted in, its file record."""
+    counter("rows_in").inc(read.rows_in)
+    yield FILES, (read.source, read)
+
+
+def unreadable_outputs(item: Unreadable, fail_fast: bool, output: str) -> Iterator[Output]:
     """A whole file is unusable: one dead letter with a null row, and its file record."""
     if fail_fast:
-        raise stop_run(output, FailFast(f"{reason}: {message}"))
+        raise stop_run(output, FailFast(f"{item.reason}: {item.message}"))
     counter("files_dead").inc()
-    yield pvalue.TaggedOutput(DEAD, file_dead_letter(source, reason, message))
-    yield pvalue.TaggedOutput(FILES, (source, FileRead(source, 0, reason)))
+    yield DEAD, file_dead_letter(item.source, item.reason, item.message)
+    yield FILES, (item.source, FileRead(item.source, 0, item.reason))
 
 
-def outcome_outputs(outcome: FileOutcome):
-    """A finished file's outputs: its dead and filtered records (tagged) and its stats (main)."""
+def outcome_outputs(outcome: FileOutcome) -> Iterator[Output]:
+    """A finished file's outputs: its dead and filtered records and its stats (STATS)."""
     counter("files_skipped" if outcome.stats.resumed else "files_out").inc()
     counter("rows_out").inc(outcome.stats.rows_out)
     if outcome.dead.num_rows:
-        yield pvalue.TaggedOutput(DEAD, outcome.dead)
+        yield DEAD, outcome.dead
     if outcome.filtered.num_rows:
-        yield pvalue.TaggedOutput(FILTERED, outcome.filtered)
-    yield outcome.stats
+        yield FILTERED, outcome.filtered
+    yield STATS, outcome.stats
+
+
+def file_group_outputs(items: Iterable, fail_fast: bool, output: str) -> Iterator[Output]:
+    """What file_group.relabel_file_group yields, as outputs: each input's file record (or its dead letter),
+    each batch's counters (a dead row stops the group under --fail-fast), each written file's records."""
+    for item in items:
+        if isinstance(item, Unreadable):
+            yield from unreadable_outputs(item, fail_fast, output)
+        elif isinstance(item, FileRead):
+            yield from read_outputs(item)
+        elif isinstance(item, BatchResult):
+            stop_on_dead_rows(item, item.counters.batch, fail_fast, output)
+            count_batch(item.counters)
+            yield COUNTERS, item.counters
+        else:
+            yield from outcome_outputs(item)

@@ -11,7 +11,8 @@ from __future__ import annotations
 import apache_beam as beam
 
 from rollout_relabel import schemas
-from rollout_relabel.transforms.dofns import outcome_outputs, read_planned
+from rollout_relabel.transforms.dofns import outcome_outputs, tagged
+from rollout_relabel.transforms.lib.labeling.file_group import read_planned
 from rollout_relabel.transforms.lib.labeling.settings import RunSettings
 from rollout_relabel.transforms.lib.output import part_files
 from rollout_relabel.transforms.lib.output.records import DEAD, FILTERED, STATS
@@ -37,7 +38,7 @@ class WriteTrainingRowsFn(beam.DoFn):
             part_files.concat(joined["dead"], schemas.DEAD_LETTERS),
             part_files.concat(joined["filtered"], schemas.DEAD_LETTERS),
             self._output_dir, lineage, complete, self._settings.labeling.columns)
-        yield from outcome_outputs(outcome)
+        yield from tagged(outcome_outputs(outcome), main=STATS)
 
 
 class JoinAndWrite(beam.PTransform):

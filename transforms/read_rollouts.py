@@ -2,14 +2,12 @@
 from __future__ import annotations
 
 import apache_beam as beam
-from apache_beam import pvalue
 
-from rollout_relabel.transforms.dofns import dead_file_outputs, read_planned
-from rollout_relabel.transforms.lib.errors import BadFile
+from rollout_relabel.transforms.dofns import read_outputs, tagged, unreadable_outputs
+from rollout_relabel.transforms.lib.labeling.file_group import Unreadable, read_planned, read_slim
 from rollout_relabel.transforms.lib.labeling.settings import RunSettings
-from rollout_relabel.transforms.lib.labeling.slim import extract_slim, slim_input_columns
+from rollout_relabel.transforms.lib.labeling.slim import slim_input_columns
 from rollout_relabel.transforms.lib.output.records import DEAD, FILES, SLIM, FileRead
-from rollout_relabel.transforms.metrics import counter
 
 
 class ReadSlimTablesFn(beam.DoFn):
@@ -21,22 +19,19 @@ class ReadSlimTablesFn(beam.DoFn):
     def process(self, record):
         # the outputs come from a helper: Beam's type inference would read a union of tagged and keyed
         # outputs from this body and refuse the keyed main output to GatherBatches
-        yield from self._outputs(record)
+        yield from tagged(self._outputs(record), main=SLIM)
 
     def _outputs(self, record):
-        source = record["path"]
-        try:
-            reward = self._settings.labeling.reward_fields()
-            table, metadata = read_planned(record, self._settings, columns=slim_input_columns(reward))
-            parts = extract_slim(table, source, reward)
-        except BadFile as bad:  # unreadable, or its batches cannot be decided (e.g. null `step`)
-            yield from dead_file_outputs(source, bad.reason, bad.message, self._settings.fail_fast,
-                                         self._settings.output)
-            return
-        counter("rows_in").inc(table.num_rows)
-        yield pvalue.TaggedOutput(FILES, (source, FileRead(source, table.num_rows, input=record)))
-        for batch_key, slim in parts:
-            yield batch_key, (source, slim, metadata["prompt_group_sizes"])
+        settings = self._settings
+        reward = settings.labeling.reward_fields()
+        columns = slim_input_columns(reward)
+        for item in read_slim([record], lambda r: read_planned(r, settings, columns=columns), reward):
+            if isinstance(item, Unreadable):  # unreadable, or its batches cannot be decided (e.g. null `step`)
+                yield from unreadable_outputs(item, settings.fail_fast, settings.output)
+                continue
+            yield from read_outputs(FileRead(item.source, item.table.num_rows, input=record))
+            for batch_key, slim in item.parts:
+                yield SLIM, (batch_key, (item.source, slim, item.prompt_group_sizes))
 
 
 class ReadRollouts(beam.PTransform):

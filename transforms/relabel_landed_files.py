@@ -1,7 +1,8 @@
 """RelabelLandedFiles: each group of landed files relabelled as `relabel run` would, then recorded.
 
-The work is RelabelFileGroupFn's (the same function writes the same bytes as
-`relabel run`); this stage adds what a stream needs: each input's dead
+The work is file_group.relabel_file_group's, with the outputs RelabelFileGroups
+makes of it (the same functions write the same bytes as `relabel run`),
+collected here instead of emitted; this stage adds what a stream needs: each input's dead
 letters and filtered rows in their own file (dead_letters/<part name>,
 filtered/<part name>), a per-input record (_watch/<part stem>.json, written
 last: the input is done), and the manifest rewritten from the records after
@@ -15,11 +16,12 @@ import json
 
 import apache_beam as beam
 import pyarrow as pa
-from apache_beam import pvalue
 
+from rollout_relabel.transforms.dofns import CoreDoFn, file_group_outputs
 from rollout_relabel.transforms.lib.io import filesystem
 from rollout_relabel.transforms.lib.io.inputs import InputFile
 from rollout_relabel.transforms.lib.io.plan import step_range
+from rollout_relabel.transforms.lib.labeling.file_group import relabel_file_group
 from rollout_relabel.transforms.lib.labeling.settings import RunSettings
 from rollout_relabel.transforms.lib.output.dead_letters import file_dead_letter, sorted_records, split_by_source
 from rollout_relabel.transforms.lib.output.output_files import write_records
@@ -35,27 +37,21 @@ from rollout_relabel.transforms.lib.output.records import (
 )
 from rollout_relabel.transforms.lib.watch import ledger as watch_records
 from rollout_relabel.transforms.metrics import counter
-from rollout_relabel.transforms.relabel_file_groups import RelabelFileGroupFn
 from rollout_relabel.transforms.rescore_rollouts import RescoreFn
 
 LATE_REASON = "late-batch-file"
 
 
-def split_outputs(outputs) -> dict:
-    """RelabelFileGroupFn's tagged outputs, by tag."""
-    by_tag = {STATS: [], FILES: [], DEAD: [], FILTERED: [], COUNTERS: []}
-    for output in outputs:
-        if isinstance(output, pvalue.TaggedOutput):
-            by_tag[output.tag].append(output.value)
-        else:
-            by_tag[STATS].append(output)
-    return by_tag
+def no_outputs() -> dict:
+    """The outputs of a group, by tag (as RelabelFileGroups would emit them)."""
+    return {STATS: [], FILES: [], DEAD: [], FILTERED: [], COUNTERS: []}
 
 
-class RelabelLandedFn(beam.DoFn):
+class RelabelLandedFn(CoreDoFn):
     def __init__(self, settings: RunSettings):
         # a stream never stops at the first bad input: it dead-letters and goes on
-        self._group_fn = RelabelFileGroupFn(dataclasses.replace(settings, fail_fast=False))
+        super().__init__(settings.device)
+        self._settings = dataclasses.replace(settings, fail_fast=False)
         # --reward-fn / --rm-url: the landed files are rescored first, by the rescore stage's own DoFn
         self._rescore_fn = RescoreFn(settings) if settings.rescoring is not None else None
         self._output_dir = settings.output
@@ -63,15 +59,24 @@ class RelabelLandedFn(beam.DoFn):
         self._fingerprint = settings.fingerprint()
         # the steps a record keeps (they close steps for a restarted watcher): only when batches are steps
         self._step_column = settings.labeling.step_column() if settings.labeling.batch_from == "column" else None
+        self._max_bytes = settings.max_file_bytes
 
     def setup(self):
-        self._group_fn.setup()
+        super().setup()
         if self._rescore_fn is not None:
             self._rescore_fn.setup()
 
     def teardown(self):
         if self._rescore_fn is not None:
             self._rescore_fn.teardown()
+
+    def _relabel(self, files: list[dict]) -> dict:
+        """The group relabelled as `relabel run` relabels it; its outputs by tag."""
+        by_tag = no_outputs()
+        work = relabel_file_group(files, self._settings, self.device, self._lineage)
+        for tag, value in file_group_outputs(work, fail_fast=False, output=self._output_dir):
+            by_tag[tag].append(value)
+        return by_tag
 
     def process(self, release_json):
         release = json.loads(release_json)
@@ -80,7 +85,7 @@ class RelabelLandedFn(beam.DoFn):
             counter("files_left_for_restart").inc(len(files))
             return
         if release["late"]:
-            by_tag = split_outputs(())
+            by_tag = no_outputs()
             for f in files:
                 message = (f"{f['path']}: its batch (its steps, or its folder) was already relabelled from other "
                            "files (a later one had landed, or the producer said it was done); its rows were not in "
@@ -89,7 +94,7 @@ class RelabelLandedFn(beam.DoFn):
                 by_tag[FILES].append((f["path"], FileRead(f["path"], 0, LATE_REASON)))
         else:
             rescored = files if self._rescore_fn is None else next(iter(self._rescore_fn.process(files)))
-            by_tag = split_outputs(self._group_fn.process(rescored))
+            by_tag = self._relabel(rescored)
         dead, filtered = by_source(by_tag[DEAD]), by_source(by_tag[FILTERED])
         for position, f in enumerate(files):
             record = self._record(f, files, by_tag, dead.get(f["path"]), filtered.get(f["path"]),
@@ -108,7 +113,8 @@ class RelabelLandedFn(beam.DoFn):
             stats += by_tag[COUNTERS]
         dead = self._write_records(item, dead, watch_records.DEAD_LETTERS_DIR, DEAD)
         filtered = self._write_records(item, filtered, watch_records.FILTERED_DIR, FILTERED)
-        steps = (step_range(InputFile(source, item["output"], item["size"], item["mtime"]), self._step_column)
+        steps = (step_range(InputFile(source, item["output"], item["size"], item["mtime"]), self._step_column,
+                              self._max_bytes)
                  if self._step_column is not None else None)
         return {"input": item, "fingerprint": self._fingerprint, "steps": list(steps) if steps else None,
                 "group": [f["output"] for f in group], "stats": [stat_to_dict(s) for s in stats],

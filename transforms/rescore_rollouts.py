@@ -5,15 +5,15 @@ each input file, calls the verifier for the rows whose reward the output does
 not hold yet (many calls in flight, or worker processes for a CPU-bound
 function), keeps every answer under the output's `_rewards/` folder, and
 passes the file record on with the digest of its rows' rewards. The stages
-after it read the new rewards in place of the stored ones (dofns.read_planned):
+after it read the new rewards in place of the stored ones (file_group.read_planned):
 the core never learns where a reward came from.
 """
 from __future__ import annotations
 
 import apache_beam as beam
 
-from rollout_relabel.transforms.dofns import read_planned
 from rollout_relabel.transforms.lib.errors import BadFile
+from rollout_relabel.transforms.lib.labeling.file_group import read_planned
 from rollout_relabel.transforms.lib.labeling.settings import RunSettings
 from rollout_relabel.transforms.lib.rescoring.calls import Caller
 from rollout_relabel.transforms.lib.rescoring.rescore import rescore_file

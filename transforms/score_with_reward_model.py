@@ -15,8 +15,8 @@ import os
 import apache_beam as beam
 from apache_beam.ml.inference.base import KeyedModelHandler, PredictionResult, RunInference
 
-from rollout_relabel.transforms.dofns import read_planned
 from rollout_relabel.transforms.lib.errors import BadFile
+from rollout_relabel.transforms.lib.labeling.file_group import read_planned
 from rollout_relabel.transforms.lib.labeling.settings import RunSettings
 from rollout_relabel.transforms.lib.rescoring import rows as rows_lib
 from rollout_relabel.transforms.lib.rescoring import store

@@ -45,6 +45,7 @@ class PollLandedFiles(PollFn):
         self._step_per_file = watch.step_per_file
         self._batch_from = settings.labeling.batch_from
         self._step_column = settings.labeling.step_column()
+        self._max_bytes = settings.max_file_bytes
         self._landing = None
         self._last_poll = None
         self._last_activity = None
@@ -129,7 +130,7 @@ class PollLandedFiles(PollFn):
             return None
         if seen.identity not in self._step_ranges:
             self._step_ranges[seen.identity] = step_range(InputFile(seen.path, seen.output, seen.size, seen.mtime),
-                                                          self._step_column)
+                                                          self._step_column, self._max_bytes)
         return self._step_ranges[seen.identity]
 
 

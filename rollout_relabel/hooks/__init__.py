@@ -34,7 +34,7 @@ from rollout_relabel.transforms.core.advantages import compute_advantages
 from rollout_relabel.transforms.core.config import CoreConfig
 from rollout_relabel.transforms.core.reasons import REASONS
 from rollout_relabel.transforms.lib.hooks.sample_core import rows_from_samples
-from rollout_relabel.transforms.lib.labeling.dead_messages import dead_messages
+from rollout_relabel.transforms.lib.labeling.dead_messages import BatchRows, dead_messages
 
 SEMANTICS_ENV = "ROLLOUT_RELABEL_SEMANTICS"
 MAINSTREAM_ENV = "ROLLOUT_RELABEL_MAINSTREAM"
@@ -105,8 +105,9 @@ def _records(rows, out, dead, config) -> list[tuple[int, str, str]]:
     core = rows.core
     keys = [int(k) if has else None for k, has in zip(core.rollout_key.tolist(), core.has_rollout_key.tolist())]
     positions = np.arange(core.num_rows)
-    messages = dead_messages(BATCH, dead, out.problem, core.row_problem, rows.details, lambda i: SOURCE,
-                             positions, out.prompt_group, rows.reward, keys, config)
+    batch = BatchRows(BATCH, positions, lambda i: SOURCE, out.prompt_group, rows.reward, keys, core.row_problem,
+                      rows.details)
+    messages = dead_messages(dead, out.problem, batch, config)
     return [(int(i), REASONS[out.problem[i]], message) for i, message in zip(dead, messages)]
 
 

@@ -1,5 +1,6 @@
 """A corpus of bad inputs: each gives its reason code on the right unit, the good rest is written,
 and every input row is either written or dead-lettered (the manifest proves it)."""
+import gzip
 import io
 import json
 import os
@@ -44,6 +45,14 @@ def set_row(name, row, value):
 def parquet(columns):
     def write(path):
         pq.write_table(pa.table(columns), path)
+    return write, ".parquet"
+
+
+def parquet_twice(columns, name):
+    """A Parquet file whose column `name` appears twice."""
+    def write(path):
+        table = pa.table(columns)
+        pq.write_table(table.append_column(name, table.column(name)), path)
     return write, ".parquet"
 
 
@@ -110,6 +119,19 @@ CASES = [
      GROUP1),
     ("absurd-length", parquet(base(response_length=[2] * 7 + [10 ** 12], loss_mask=None)), [], "value-too-large",
      GROUP1),
+    # a token trains (1) or it does not (0): -1 would write a negative trainable sum, 2**40 failed the run
+    ("negative-mask-value", parquet(base(loss_mask=set_row("loss_mask", 5, [1, -1]))), [], "mask-value", GROUP1),
+    ("mask-value-beyond-int32", parquet(base(loss_mask=set_row("loss_mask", 1, [1, 2 ** 40]))), [], "mask-value",
+     [0, 1, 2, 3]),
+    ("mask-value-two", parquet(base(loss_mask=set_row("loss_mask", 7, [2, 1]))), [], "mask-value", GROUP1),
+    # planning reads `step` from the footer: a second `step` (or `group_index`) is this file's problem alone
+    ("duplicate-step", parquet_twice(base(step=[0] * 8), "step"), [], "duplicate-column", None),
+    ("duplicate-group-index", parquet_twice(base(step=[0] * 8), "group_index"), [], "duplicate-column", None),
+    ("duplicate-group-index-as-step", parquet_twice(base(), "group_index"), ["--column", "step=group_index"],
+     "duplicate-column", None),
+    # the limit holds for what a .jsonl.gz expands to, not for its size on disk
+    ("gzip-over-the-limit", raw(gzip.compress(b'{"reward": 1.0, "group_index": 0}\n' * 20000), ".jsonl.gz"),
+     ["--max-file-bytes", "200000"], "file-too-large", None),
     ("ill-typed-group-index", parquet(base(group_index=[[1]] * 8)), [], "ill-typed-column", ALL),
     ("ill-typed-loss-mask", parquet(base(loss_mask=["1,1"] * 8)), [], "ill-typed-column", ALL),
     ("null-step", parquet(base(step=[0] * 7 + [None])), [], "missing-column", None),

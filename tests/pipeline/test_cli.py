@@ -74,3 +74,47 @@ def test_the_collector_is_off_only_while_the_command_imports(monkeypatch):
     finally:
         gc.enable()
         gc.unfreeze()
+
+
+def edge(work, capsys):
+    """at_the_edge on work(): (exit code, stdout, stderr)."""
+    from rollout_relabel.pipeline.cli import at_the_edge
+
+    code = at_the_edge("export", work)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_the_process_edge_gives_each_failure_its_code_and_one_line(capsys, monkeypatch):
+    from rollout_relabel.pipeline.worker_output import TRACEBACK_ENV
+    from rollout_relabel.transforms.lib.errors import ExitCode, UsageError
+
+    monkeypatch.delenv(TRACEBACK_ENV, raising=False)
+
+    def raising(error):
+        def work():
+            raise error
+        return work
+
+    assert edge(lambda: ExitCode.DEAD_LETTERS, capsys) == (3, "", "")
+    code, out, err = edge(raising(UsageError("--to 'x': choose one of slime, miles")), capsys)
+    assert (code, out, err) == (2, "", "relabel: error: --to 'x': choose one of slime, miles\n")
+    code, _, err = edge(raising(KeyboardInterrupt()), capsys)
+    assert code == 130 and err.startswith("relabel: interrupted:") and "rerun the same `relabel export`" in err
+    assert err.count("\n") == 1
+    code, _, err = edge(raising(OSError(28, "No space left on device")), capsys)
+    assert code == 1 and err.startswith("relabel: failed: OSError: [Errno 28] No space left on device")
+    assert err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_the_process_edge_shows_the_traceback_on_request(capsys, monkeypatch):
+    from rollout_relabel.pipeline.cli import at_the_edge
+    from rollout_relabel.pipeline.worker_output import TRACEBACK_ENV
+
+    monkeypatch.setenv(TRACEBACK_ENV, "1")
+
+    def work():
+        raise RuntimeError("a bug")
+
+    with pytest.raises(RuntimeError, match="a bug"):
+        at_the_edge("run", work)

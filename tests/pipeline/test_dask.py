@@ -1,6 +1,6 @@
 """relabel run and relabel compare on Beam's Dask runner, against a real distributed.LocalCluster (two
 worker processes, nothing shared with this process but the filesystem): every output byte-identical to
-the in-process run, a worker that dies mid-run, and the runner translation faults pipeline/dask_runner.py
+the in-process run, a worker that dies mid-run, and the runner translation faults pipeline/beam_internals/dask.py
 works around."""
 import json
 import os
@@ -26,7 +26,8 @@ COMPARE = ("--a", "legacy-reshape", "--b", "rollout-mainstream")
 
 def local_cluster(**kwargs):
     """Two single-threaded worker processes; the scheduler runs in this process, the work never does."""
-    return distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None,
+    return distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
+                                    dashboard_address=None,
                                     **kwargs)
 
 

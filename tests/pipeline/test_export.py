@@ -3,9 +3,11 @@ advantages bit for bit, and the output directory follows relabel run's rules (at
 when complete, other options refused)."""
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pyarrow as pa
@@ -13,7 +15,7 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
-from rollout_relabel.transforms.lib.worker.faults import ENV
+from rollout_relabel.transforms.lib.worker.faults import ENV, PAUSE_ENV
 from tests.conftest import FIXTURES, ROOT, run_cli
 from tests.strict import differences
 
@@ -114,24 +116,33 @@ def export_subprocess(rows, output, env=None):
                           capture_output=True, text=True, timeout=300)
 
 
+@pytest.fixture(scope="module")
+def slime_rows(tmp_path_factory):
+    """A generated run's training rows and their slime export: the reference an interrupted export, once
+    resumed, must equal (the rows are only read)."""
+    root = tmp_path_factory.mktemp("slime-rows")
+    rows = generated_run(root)
+    run_cli("export", "--input", rows, "--output", root / "reference", "--to", "slime")
+    return rows, root / "reference"
+
+
 @pytest.mark.parametrize("crash", ["before-rename:1.pt", "after-rename:1.pt", "before-rename:_manifest.json"])
-def test_killed_mid_export_it_leaves_only_complete_dumps_and_resumes(tmp_path, crash):
-    rows = generated_run(tmp_path)
-    run_cli("export", "--input", rows, "--output", tmp_path / "reference", "--to", "slime")
+def test_killed_mid_export_it_leaves_only_complete_dumps_and_resumes(tmp_path, crash, slime_rows):
+    rows, reference = slime_rows
     killed = export_subprocess(rows, tmp_path / "d", {ENV: crash})
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
     visible = [n for n in os.listdir(tmp_path / "d") if not n.startswith(".")]
     assert "_manifest.json" not in visible
     for name in visible:
         if name.endswith(".pt"):  # what is visible under a final name is complete
-            assert (tmp_path / "d" / name).read_bytes() == (tmp_path / "reference" / name).read_bytes()
+            assert (tmp_path / "d" / name).read_bytes() == (reference / name).read_bytes()
     resumed = export_subprocess(rows, tmp_path / "d")
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     assert "already there" in resumed.stdout
     final = sorted(n for n in os.listdir(tmp_path / "d") if not n.startswith("."))
-    assert final == sorted(n for n in os.listdir(tmp_path / "reference") if not n.startswith("."))
+    assert final == sorted(n for n in os.listdir(reference) if not n.startswith("."))
     for name in final:
-        assert (tmp_path / "d" / name).read_bytes() == (tmp_path / "reference" / name).read_bytes(), name
+        assert (tmp_path / "d" / name).read_bytes() == (reference / name).read_bytes(), name
 
 
 def test_refusals_are_usage_errors(tmp_path):
@@ -217,3 +228,38 @@ def test_a_stopped_watch_output_exports_with_its_per_input_dead_letters(tmp_path
                    check_codes=(3,))
     assert "7.pt: 2 dead (non-finite-reward) not exported" in proc.stdout
     assert [s["index"] for s in torch.load(tmp_path / "d" / "7.pt", weights_only=True)["samples"]] == [0, 1]
+
+
+def test_a_corrupt_input_manifest_is_one_line_and_exit_2(tmp_path, slime_rows):
+    rows = tmp_path / "rows"
+    shutil.copytree(slime_rows[0], rows)
+    manifest = rows / "_manifest.json"
+    manifest.write_bytes(manifest.read_bytes()[:100])  # cut short, as a copy that stopped half-way leaves it
+    proc = run_cli("export", "--input", rows, "--output", tmp_path / "d", "--to", "slime", check_codes=(2,))
+    assert proc.stderr.splitlines() == [f"relabel: error: --input {rows}: _manifest.json is not a `relabel run` "
+                                        "manifest"], proc.stderr[-2000:]
+    assert not (tmp_path / "d").exists()
+
+
+def test_ctrl_c_mid_export_exits_130_with_one_line_and_a_rerun_completes(tmp_path, slime_rows):
+    rows, reference = slime_rows
+    output = tmp_path / "d"
+    proc = subprocess.Popen([sys.executable, "-m", "rollout_relabel", "export", "--input", str(rows), "--output",
+                             str(output), "--to", "slime"], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=dict(os.environ, **{PAUSE_ENV: "before-rename:1.pt:60"}))
+    deadline = time.monotonic() + 60
+    while not any(n.startswith(".") and n.endswith("1.pt") for n in (os.listdir(output) if output.exists() else [])):
+        assert time.monotonic() < deadline and proc.poll() is None, "the export never paused before writing 1.pt"
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err[-2000:]
+    assert err.splitlines() == ["relabel: interrupted: committed files are kept; rerun the same `relabel export` "
+                                "to finish what is missing"], err[-2000:]
+    assert sorted(os.listdir(output)) == ["0.pt", "_export.json"]  # no temporary file, no manifest
+    resumed = run_cli("export", "--input", rows, "--output", output, "--to", "slime")
+    assert "(2 written, 1 already there)" in resumed.stdout, resumed.stdout
+    final = sorted(os.listdir(output))
+    assert final == sorted(os.listdir(reference))
+    for name in final:
+        assert (output / name).read_bytes() == (reference / name).read_bytes(), name

@@ -89,6 +89,34 @@ def test_verl(tmp_path):
     assert sorted(i for i, (_, p) in expected.items() if p) == [4, 10, 11]  # the bad line, the group it kills
 
 
+def test_verl_legacy_dump_groups_by_identical_input(tmp_path):
+    """The legacy trainer's `_write_generations` (verl/trainer/ppo/ray_trainer.py, verl-project/verl@1dda039b)
+    writes no uid: rows with the same `input` text are one prompt group (the text taken whole: a prompt
+    ending in `_x_y` is not cut as a v1 uid would be)."""
+    groups = {"What is 2_3_4?": [1.0, 0.0, 1.0], "prompt b": [0.0, 0.5], "prompt c": [0.7]}
+    lines = [json.dumps({"input": text, "output": f"answer {i}", "gts": "42", "score": r, "step": 1})
+             for text, rewards in groups.items() for i, r in enumerate(rewards)]
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "1.jsonl").write_text("\n".join(lines) + "\n")
+    run_cli("run", "--format", "verl", "--input", tmp_path / "in", "--output", tmp_path / "out")
+    keyed = [(text, r) for text, rewards in groups.items() for r in rewards]
+    expected = reference([("1.jsonl", keyed)], preset_config("verl"))["1.jsonl"]
+    check(tmp_path / "out", "part-1.parquet", tmp_path / "in" / "1.jsonl", expected)
+    assert pq.read_table(tmp_path / "out" / "part-1.parquet").column("prompt_group").to_pylist() == [
+        0, 0, 0, 1, 1, 2]
+
+
+def test_a_command_line_column_replaces_the_presets(tmp_path):
+    settings = parse_run(["--format", "verl", "--column", "group_index=input", "--input", "in", "--output", "o"])[1]
+    assert sorted(settings.labeling.columns) == ["group_index=input", "reward=score"]
+    settings = parse_run(["--format=nemo-rl", "--column=reward=rewards.1", "--input", "in", "--output", "o"])[1]
+    assert sorted(settings.labeling.columns) == ["response_length=input_lengths.0", "reward=rewards.1"]
+    # given twice on the command line itself is still refused
+    err = run_cli("run", "--format", "verl", "--column", "reward=a", "--column", "reward=b", "--input", tmp_path,
+                  "--output", tmp_path / "out", check_codes=(2,)).stderr
+    assert "given twice" in err
+
+
 def write_areal(root, version, tasks, bad_line=None):
     """AReaL's `WorkflowExecutor._dump_trajectory` (areal/infra/workflow_executor.py,
     inclusionAI/AReaL@4aef98d8): `{...}/rollout/{tail_version}/{task_id}.jsonl`, one line per trajectory row

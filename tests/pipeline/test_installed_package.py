@@ -33,7 +33,7 @@ def installed(tmp_path_factory):
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation",
                     "-w", work / "wheel", source], check=True, capture_output=True)
     venv = work / "venv"
-    subprocess.run([sys._base_executable, "-m", "venv", "--without-pip", venv], check=True)  # noqa: SLF001
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", venv], check=True)
     site = next((venv / "lib").glob("python3*/site-packages"))
     (site / "dependencies.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
     wheel = next((work / "wheel").glob("rollout_relabel-*.whl"))

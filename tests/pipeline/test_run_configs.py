@@ -210,3 +210,32 @@ def test_dask_options_need_the_dask_runner_and_the_dask_extra(tmp_path, monkeypa
     err = run_cli("run", "--runner", "DaskRunner", "--input", tmp_path, "--output", tmp_path / "out",
                   check_codes=(2,)).stderr
     assert "--runner DaskRunner needs Dask: pip install -c constraints.txt 'rollout-relabel[dask]'" in err
+
+
+@pytest.mark.parametrize("text, message", [
+    # a few lines of aliases expand into gigabytes: refused before any is expanded
+    ("a: &a [x, x, x, x, x, x, x, x, x]\nb: &b [*a, *a, *a, *a, *a, *a, *a, *a, *a]\nc: [*b, *b, *b, *b, *b]\n",
+     "alias *a refused"),
+    ("reward_key: acc\nreward_key: format\n", "key 'reward_key' is given twice (line 2)"),
+    ("config: other.yaml\n", "key 'config': a run config cannot name another"),
+    ("reward_key: [acc, format]\n", "reward_key takes one value, got a list"),
+    ("n_samples_per_prompt: {a: 1}\n", "n_samples_per_prompt takes one value, got a dict"),
+    ("columns: {reward: [a, b]}\n", "columns takes plain values, got a list"),
+])
+def test_a_config_that_hides_mistakes_is_a_usage_error_naming_the_key(tmp_path, text, message):
+    config = tmp_path / "bad.yaml"
+    config.write_text(text)
+    err = run_cli("run", "--dry-run", "--config", config, "--input", tmp_path, "--output", tmp_path / "out",
+                  check_codes=(2,)).stderr
+    assert message in err
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_the_documented_dask_client_address_key_is_accepted(tmp_path):
+    write_parquet_run(RunSpec(steps=1, prompts_per_step=2, files_per_step=1, seed=3), tmp_path / "in")
+    config = tmp_path / "cluster.yaml"
+    config.write_text("runner: DaskRunner\ndask_client_address: tcp://127.0.0.1:8786\n")
+    out = run_cli("run", "--dry-run", "--config", config, "--input", tmp_path / "in", "--output",
+                  tmp_path / "out").stdout
+    assert "DaskRunner" in out
+    assert "tcp://127.0.0.1:8786" in out  # the plan names the scheduler the config gave

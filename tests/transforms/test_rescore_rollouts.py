@@ -5,7 +5,7 @@ import os
 import apache_beam as beam
 from apache_beam.testing.util import assert_that, equal_to
 
-from rollout_relabel.transforms.dofns import read_planned
+from rollout_relabel.transforms.lib.labeling.file_group import read_planned
 from rollout_relabel.transforms.lib.rescoring import store
 from rollout_relabel.transforms.lib.rescoring.verifier import Rescoring, resolve
 from rollout_relabel.transforms.rescore_rollouts import RescoreRollouts

@@ -84,9 +84,9 @@ def _relabel(xp, inp: CoreInput, config: CoreConfig, drop_uniform_groups: bool =
                                        inp.num_batches), group_batch)  # per group
         # float32 (the written type) before the finiteness check: an overflow must be refused
         unit_advantage = xp.astype(_unit_advantages(
-            xp, unit_reward, unit_group, n_groups, units_in_group, uniform_group, config, config.estimator,
-            config.divides_by_std, trainable=inp.trainable, unit=unit, n_units=n_units, chosen=chosen,
-            baseline=inp.baseline, alpha=alpha), "float32")
+            xp, unit_reward, _UnitGroups(unit_group, n_groups, units_in_group, uniform_group), config,
+            config.estimator, config.divides_by_std,
+            _EstimatorInputs(inp.trainable, unit, n_units, chosen, inp.baseline, alpha)), "float32")
         non_finite = _any_per_segment(xp, unit_group, n_groups, ~xp.isfinite(unit_advantage))
         advantage = xp.take(unit_advantage, unit)
         group_problem = xp.where((group_problem == 0) & non_finite, CODE["non-finite-advantage"], group_problem)
@@ -248,10 +248,35 @@ def _group_problems(xp, inp, row, group, n_groups, group_batch, batch_problem):
     return xp.where(from_batch != 0, from_batch, row_problem)
 
 
-def _unit_advantages(xp, reward, unit_group, n_groups, k, uniform, config: CoreConfig, estimator: str,
-                     divide: bool, trainable=None, unit=None, n_units=None, chosen=None, baseline=None, alpha=None):
+@dataclass(frozen=True)
+class _UnitGroups:
+    """Units in their groups, what every estimator's per-group statistics run over (GDPO passes one
+    (key, group) pair per segment)."""
+    unit_group: object  # int64 [units] each unit's group
+    n_groups: int
+    k: object           # int64 [n_groups] units in the group
+    uniform: object     # bool [n_groups] two or more units, all of one reward
+
+
+@dataclass(frozen=True)
+class _EstimatorInputs:
+    """What only some estimators read: opo the units' token counts (trainable, unit, n_units), remax the
+    baselines of the chosen rows (baseline, chosen), gpg its per-group alpha."""
+    trainable: object = None
+    unit: object = None
+    n_units: int | None = None
+    chosen: object = None
+    baseline: object = None
+    alpha: object = None
+
+
+def _unit_advantages(xp, reward, groups: _UnitGroups, config: CoreConfig, estimator: str, divide: bool,
+                     extra: _EstimatorInputs = _EstimatorInputs()):
     """Each unit's float64 advantage under `estimator` (std division when `divide`); what depends only on
     the group is decided per group, then gathered. GDPO calls it per key with estimator grpo."""
+    unit_group, n_groups, k, uniform = groups.unit_group, groups.n_groups, groups.k, groups.uniform
+    trainable, unit, n_units, chosen = extra.trainable, extra.unit, extra.n_units, extra.chosen
+    baseline, alpha = extra.baseline, extra.alpha
     kf = xp.astype(k, "float64")
     single = k == 1
     # verl: a one-unit group's mean is 0 and its std 1
@@ -383,7 +408,8 @@ def _gdpo_advantages(xp, inp, config, parts: _Parts, unit, n_units, unit_group, 
                      uniform_group, group_problem, drop_uniform_groups):
     """GDPO: per-key grpo advantages, their weighted sum S per unit, then per batch token-weighted whitening
     over the rows that are written. Returns (row advantages float32, group problems)."""
-    per_key = _unit_advantages(xp, parts.values, parts.flat_group, n_groups * parts.width, parts.k, parts.uniform,
+    per_key = _unit_advantages(xp, parts.values, _UnitGroups(parts.flat_group, n_groups * parts.width, parts.k,
+                                                             parts.uniform),
                                config, "grpo", config.std_normalization).reshape(parts.width, -1)
     weights = config.weights
     score = per_key[0] * weights[0]

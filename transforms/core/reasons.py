@@ -35,6 +35,7 @@ REASONS = (
     "missing-baseline",       # remax: a unit's baseline is null, non-numeric or non-finite (unit: its group)
     "gdpo-too-few-tokens",    # gdpo: the batch's written rows have < 2 trainable tokens (unit: the batch)
     "malformed-line",         # a JSONL line that is not a JSON object (unit: the line alone)
+    "mask-value",             # a loss_mask value other than 0 and 1: a token trains or it does not (unit: group)
     # version 3: rescoring (--reward-fn, --rm-url)
     REWARD_FAILED := "reward-failed",  # the verifier kept failing on the row, or answered no reward (unit: its group)
 )

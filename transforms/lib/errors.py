@@ -28,6 +28,11 @@ class MissingInput(UsageError):
     """An --input path (not a glob) that names nothing: not there (yet)."""
 
 
+class CommitConflict(UsageError):
+    """A Delta commit lost to a concurrent one that replaced the same run first: nothing of this one is
+    committed (the table shows the winner's version); rerunning replaces it."""
+
+
 class BadFile(Exception):
     """A whole input file cannot be used (unreadable, or its rows cannot be put in batches)."""
 

@@ -423,3 +423,23 @@ def test_gdpo_raw_singletons_apply_per_key(run):
     mu = sum(a * b for a, b in zip(s, m)) / (4 + 1e-8)
     var = sum(b * (a - mu) ** 2 for a, b in zip(s, m)) / (4 + 1e-8) * 4 / 3
     assert out_close(out.advantage, [(a - mu) / math.sqrt(var + 1e-8) for a in s])
+
+
+# ---- _unit_advantages with its context objects (units in groups; the inputs only some estimators read)
+
+def test_unit_advantages_reads_its_groups_and_the_estimators_own_inputs():
+    from rollout_relabel.transforms.core.advantages import _EstimatorInputs, _unit_advantages, _UnitGroups
+    from rollout_relabel.transforms.core.arrays import arrays_for
+
+    reward = np.array([0.0, 1.0, 2.0, 5.0, 5.0])
+    xp = arrays_for(reward)
+    groups = _UnitGroups(unit_group=np.array([0, 0, 0, 1, 1]), n_groups=2, k=np.array([3, 2]),
+                         uniform=np.array([False, True]))
+    rloo = _unit_advantages(xp, reward, groups, CoreConfig(estimator="rloo"), "rloo", False)
+    assert rloo.tolist() == [-1.5, 0.0, 1.5, 0.0, 0.0]  # k/(k-1) * (r - mean); the uniform group 0
+    grpo = _unit_advantages(xp, reward, groups, CoreConfig(), "grpo", True)
+    assert grpo.tolist() == [-1.0 / (1.0 + 1e-6), 0.0, 1.0 / (1.0 + 1e-6), 0.0, 0.0]  # std 1 over k - 1
+    remax = _unit_advantages(xp, reward, groups, CoreConfig(estimator="remax"), "remax", False,
+                             _EstimatorInputs(chosen=np.array([0, 1, 2, 3, 4]),
+                                              baseline=np.array([0.5, 0.5, 0.5, 1.0, 2.0])))
+    assert remax.tolist() == [-0.5, 0.5, 1.5, 0.0, 0.0]  # r - b, the uniform group 0

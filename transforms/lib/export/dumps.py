@@ -101,8 +101,12 @@ def plan_export(input_dir: str) -> ExportPlan:
                          "(a run writes its manifest last; rerun an interrupted one)")
     with filesystem.open_read(manifest_path) as handle:
         raw = handle.read()
-    manifest = json.loads(raw)
-    if not isinstance(manifest.get("run"), dict) or not isinstance(manifest.get("inputs"), list):
+    try:
+        manifest = json.loads(raw)
+    except ValueError:  # cut short, or not JSON at all: no run committed it
+        manifest = None
+    if not isinstance(manifest, dict) or not isinstance(manifest.get("run"), dict) \
+            or not isinstance(manifest.get("inputs"), list):
         raise UsageError(f"--input {input_dir}: {MANIFEST_NAME} is not a `relabel run` manifest")
     if (manifest.get("watch") or {}).get("state", "stopped") != "stopped":
         raise UsageError(f"--input {input_dir}: `relabel watch` is still writing it; export once the watch stopped")

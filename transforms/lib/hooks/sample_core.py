@@ -81,17 +81,49 @@ def rows_from_samples(samples, reward_key: str | None = None) -> SampleRows:
     C-level passes over the attributes and numpy.
     """
     n = len(samples)
-    problem = np.zeros(n, dtype=np.int64)
-    details: dict[int, str] = {}
+    flag = _Problems(n)
+    fields = _typed_fields(samples, flag)
+    if n and not hasattr(samples[0], "reward") and not any(hasattr(s, "reward") for s in samples):
+        flag(range(n), "missing-column", lambda i: "the file has no `reward` column")
+        reward = np.zeros(n)
+    else:
+        reward = _reward_values(_field(samples, "reward"), reward_key, flag)
+    trainable = _trainable_tokens(fields, flag)
+    reward = np.where(flag.problem == 0, reward, 0.0)
+    return SampleRows(_core_input(fields, reward, trainable, flag.problem), reward, flag.details)
 
-    def flag(rows, reason, describe):
+
+class _Problems:
+    """A batch's row problems as they are found: called with rows, a reason and how to describe a row;
+    a row keeps the first reason found for it."""
+
+    def __init__(self, n: int):
+        self.problem = np.zeros(n, dtype=np.int64)
+        self.details: dict[int, str] = {}
+
+    def __call__(self, rows, reason, describe) -> None:
         for i in rows:
             i = int(i)
-            if problem[i] == 0:
-                problem[i] = CODE[reason]
-                details[i] = describe(i)
+            if self.problem[i] == 0:
+                self.problem[i] = CODE[reason]
+                self.details[i] = describe(i)
 
-    # as slim.py's usable_columns, in the fields' order: a column of the wrong type is refused whole
+
+@dataclass
+class _Fields:
+    """The samples' integer fields ((values, given) each), removal flags and loss-mask statistics, after a
+    field of the wrong type was refused."""
+    ints: dict
+    remove: np.ndarray
+    has_mask: np.ndarray
+    mask_len: np.ndarray
+    mask_sum: np.ndarray
+    nulls: np.ndarray
+
+
+def _typed_fields(samples, flag: _Problems) -> _Fields:
+    """As slim.py's usable_columns, in the fields' order: a field of the wrong type is refused whole."""
+    n = len(samples)
     ints = {}
     masks = _field(samples, "loss_mask")
     removes = _field(samples, "remove_sample")
@@ -124,14 +156,14 @@ def rows_from_samples(samples, reward_key: str | None = None) -> SampleRows:
             flag(range(n), "ill-typed-column", lambda i, name=name, kind=kind: ill_typed_text(name, kind, "integers"))
             kind = "null"
         ints[name] = _int_array(values, kinds, absent=kind == "null")
+    return _Fields(ints, remove, has_mask, mask_len, mask_sum, nulls)
 
-    if n and not hasattr(samples[0], "reward") and not any(hasattr(s, "reward") for s in samples):
-        flag(range(n), "missing-column", lambda i: "the file has no `reward` column")
-        reward = np.zeros(n)
-    else:
-        reward = _reward_values(_field(samples, "reward"), reward_key, flag)
 
-    response_length, given = ints["response_length"]
+def _trainable_tokens(fields: _Fields, flag: _Problems) -> np.ndarray:
+    """Each sample's trainable tokens (its loss mask's sum, else its response length; 0 when removed), with
+    the length and mask checks flagged as slim.py flags them."""
+    mask_len, has_mask, nulls = fields.mask_len, fields.has_mask, fields.nulls
+    response_length, given = fields.ints["response_length"]
     length = np.where(given, response_length, mask_len)
     flag(np.flatnonzero(given & (length < 0)), "negative-length", lambda i: negative_length_text(length[i]))
     flag(np.flatnonzero((length > MAX_RESPONSE_TOKENS) | (mask_len > MAX_RESPONSE_TOKENS)),
@@ -139,12 +171,15 @@ def rows_from_samples(samples, reward_key: str | None = None) -> SampleRows:
     flag(np.flatnonzero(has_mask & given & (mask_len != length)), "mask-length",
          lambda i: mask_length_text(mask_len[i], length[i]))
     flag(np.flatnonzero(has_mask & (nulls > 0)), "null-mask-value", lambda i: null_mask_text(nulls[i], mask_len[i]))
-    trainable = np.where(remove, 0, np.where(has_mask, mask_sum, np.maximum(length, 0))).astype(np.int64)
+    return np.where(fields.remove, 0, np.where(has_mask, fields.mask_sum, np.maximum(length, 0))).astype(np.int64)
 
-    (rollout_id, has_rollout_id), (index, has_index) = ints["rollout_id"], ints["index"]
-    group_index, has_group_index = ints["group_index"]
-    reward = np.where(problem == 0, reward, 0.0)
-    core = CoreInput(
+
+def _core_input(fields: _Fields, reward: np.ndarray, trainable: np.ndarray, problem: np.ndarray) -> CoreInput:
+    """One batch of the core's flat arrays; a sample's rollout key is its rollout_id, else its index."""
+    n = len(reward)
+    (rollout_id, has_rollout_id), (index, has_index) = fields.ints["rollout_id"], fields.ints["index"]
+    group_index, has_group_index = fields.ints["group_index"]
+    return CoreInput(
         batch=np.zeros(n, dtype=np.int64),
         reward=reward,
         trainable=trainable,
@@ -157,7 +192,6 @@ def rows_from_samples(samples, reward_key: str | None = None) -> SampleRows:
         num_batches=1,
         prompt_group_sizes=[None],
     )
-    return SampleRows(core, reward, details)
 
 
 def _field(samples, name) -> list:

@@ -12,6 +12,12 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.io.localfilesystem import LocalFileSystem
 
 
+def use_options(options) -> None:
+    """The pipeline options (a store's endpoint and credentials: --s3_endpoint_url, ...) for the driver's own
+    file access too: Beam hands them to its filesystems only once a pipeline is built."""
+    FileSystems.set_options(options)
+
+
 def join(directory: str, *names: str) -> str:
     return FileSystems.join(directory, *names)
 

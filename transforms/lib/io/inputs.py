@@ -4,6 +4,7 @@ from __future__ import annotations
 import os
 import posixpath
 import re
+import warnings
 from dataclasses import dataclass
 
 from rollout_relabel.transforms.lib.errors import MissingInput, UsageError
@@ -30,25 +31,27 @@ class InputFile:
 def expand_inputs(inputs, output_dir: str) -> list[InputFile]:
     """Every input file once, whatever the spellings that reach it, never one under output_dir.
 
-    Directory and glob listings skip hidden names (`.x`, `_x`: temporary and marker files); a file
-    named explicitly is read whatever its name.
+    Directory and glob listings skip hidden names (`.x`, `_x`: temporary and marker files), files and
+    folders alike below the listed root; a file named explicitly is read whatever its name. A path that
+    exists is read as itself, glob characters and all; only a path that does not exist is a pattern.
     """
     found: dict[str, tuple[str, str, object]] = {}  # identity -> (path, root, metadata)
     output = identity(output_dir)
     for spec in inputs:
         if identity(spec) == output:
             raise UsageError(f"--input {spec} is the --output directory; relabelled rows are never read as input")
-        root, pattern = _root_and_pattern(spec)
-        matched = filesystem.match(pattern)
+        glob = is_glob(spec)
+        root, pattern = _root_and_pattern(spec, glob)
+        matched = _match(pattern)
         if not matched:
-            what = "matches no file" if GLOB_CHARS.search(spec) else "no such file or directory"
+            what = "matches no file" if glob else "no such file or directory"
             raise MissingInput(f"--input {spec}: {what}")
-        explicit = not GLOB_CHARS.search(spec) and len(matched) == 1 and identity(matched[0].path) == identity(spec)
+        explicit = not glob and len(matched) == 1 and identity(matched[0].path) == identity(spec)
         for meta in matched:
             key = identity(meta.path)
             if key in found or _inside(key, output):
                 continue
-            if _is_rollout_file(meta.path, hidden_ok=explicit):
+            if _is_rollout_file(meta.path, root, hidden_ok=explicit):
                 found[key] = (meta.path, root, meta)
     files, owners = [], {}
     for path, root, meta in sorted(found.values(), key=lambda item: item[0]):
@@ -70,16 +73,34 @@ def output_name(path: str, root: str) -> str:
     return f"part-{stem or 'input'}.parquet"
 
 
-def _root_and_pattern(spec: str):
-    if GLOB_CHARS.search(spec):
+def is_glob(spec: str) -> bool:
+    """Whether --input SPEC is a pattern: it has glob characters and names no existing file or directory
+    (an existing path is always read as itself: `dump[0].pt` is that file, never `dump0.pt`)."""
+    return bool(GLOB_CHARS.search(spec)) and not filesystem.exists(spec) and not filesystem.exists(
+        spec.rstrip("/") + "/")
+
+
+def _literal(path: str) -> str:
+    """A pattern matching exactly `path`: each glob character in a class of its own ([[], [*], [?])."""
+    return GLOB_CHARS.sub(lambda m: f"[{m.group(0)}]", path)
+
+
+def _match(pattern: str) -> list:
+    with warnings.catch_warnings():  # Beam's pattern translation warns of the `[[]` that _literal writes
+        warnings.simplefilter("ignore", FutureWarning)
+        return filesystem.match(pattern)
+
+
+def _root_and_pattern(spec: str, glob: bool):
+    if glob:
         prefix = GLOB_CHARS.split(spec, maxsplit=1)[0]
         root = prefix if prefix.endswith("/") else prefix.rsplit("/", 1)[0] + "/"
         return root, spec
     tree = spec.rstrip("/") + "/"
-    if spec.endswith("/") or filesystem.match(tree + "**"):
+    if spec.endswith("/") or _match(_literal(tree) + "**"):
         # object stores have no directories: a path is one when something lies under it
-        return tree, tree + "**"
-    return spec.rsplit("/", 1)[0] + "/" if "/" in spec else "", spec
+        return tree, _literal(tree) + "**"
+    return spec.rsplit("/", 1)[0] + "/" if "/" in spec else "", _literal(spec)
 
 
 def _nameable(path: str) -> tuple[str, str | None]:
@@ -102,9 +123,14 @@ def identity(path: str) -> str:
     return f"{scheme}://{folded}"
 
 
-def _is_rollout_file(path: str, hidden_ok: bool = False) -> bool:
-    name = path.replace("\\", "/").rsplit("/", 1)[-1]
-    return (hidden_ok or not name.startswith((".", "_"))) and name.lower().endswith(ROLLOUT_SUFFIXES)
+def _is_rollout_file(path: str, root: str, hidden_ok: bool = False) -> bool:
+    """A rollout file by its suffix; in a listing, none whose name or folder below the listed root is
+    hidden (`.x`, `_x`: Spark's `_temporary/`, Jupyter's `.ipynb_checkpoints/`, temporary files)."""
+    path = path.replace("\\", "/")
+    name = path.rsplit("/", 1)[-1]
+    below = path[len(root):] if root and path.startswith(root) else name
+    hidden = any(part.startswith((".", "_")) for part in below.split("/") if part not in ("", ".", ".."))
+    return (hidden_ok or not hidden) and name.lower().endswith(ROLLOUT_SUFFIXES)
 
 
 def _inside(path: str, directory: str) -> bool:

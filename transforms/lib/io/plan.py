@@ -18,6 +18,8 @@ from rollout_relabel.transforms.lib.errors import BadFile
 from rollout_relabel.transforms.lib.io import filesystem
 from rollout_relabel.transforms.lib.io.inputs import InputFile
 from rollout_relabel.transforms.lib.io.readers import check_regular, file_format, read_table
+from rollout_relabel.transforms.lib.labeling.columns import lookup_path
+from rollout_relabel.transforms.lib.labeling.settings import DEFAULT_MAX_FILE_BYTES
 
 # A group of files sharing batches larger than this goes through the shuffle path instead of one worker.
 MAX_GROUP_BYTES = 1 << 30
@@ -34,18 +36,20 @@ class Footer:
     decoded_bytes: int             # the file's size once decoded into Arrow (estimated)
 
 
-def read_footers(files: list[InputFile], threads: int = 16, step: str = "step") -> dict[str, Footer]:
-    """Every file's footer, read once: path -> Footer. `step`: the step column's name (--column
-    step=SOURCE; a dotted path is not in a footer: each file is then a group of its own).
+def read_footers(files: list[InputFile], threads: int = 16, step: str = "step",
+                 max_bytes: int = DEFAULT_MAX_FILE_BYTES) -> dict[str, Footer]:
+    """Every file's footer, read once: path -> Footer. `step`: the step column's name or a dotted path into
+    one (--column step=SOURCE; read with the lookup slim extraction uses, so that files the one-pass path
+    puts in one batch are planned as one group). `max_bytes`: --max-file-bytes (a file over it is not read).
 
     On a remote store each footer is a round trip, so `threads` overlap them. Local footers are read
     one after another: each is a few reads from the page cache, and threads would only take turns
     holding the interpreter (on 1,000 local files they took twice as long).
     """
     if all(filesystem.is_local(f.path) for f in files):
-        return {f.path: read_footer(f, step) for f in files}
+        return {f.path: read_footer(f, step, max_bytes) for f in files}
     with ThreadPoolExecutor(max_workers=threads) as pool:
-        footers = pool.map(lambda f: read_footer(f, step), files)
+        footers = pool.map(lambda f: read_footer(f, step, max_bytes), files)
         return dict(zip([f.path for f in files], footers, strict=True))
 
 
@@ -75,16 +79,20 @@ def group_by_batch_sharing(files: list[InputFile], max_group_bytes: int = MAX_GR
     return sorted(one_pass, key=lambda g: g[0].path), sorted(shuffled, key=lambda f: f.path)
 
 
-def step_range(f: InputFile, step: str = "step"):
-    """(min, max) of the file's `step` values (`step`: the step column's name); None when it has none (or
-    cannot be read)."""
-    return read_footer(f, step).steps
+def step_range(f: InputFile, step: str = "step", max_bytes: int = DEFAULT_MAX_FILE_BYTES):
+    """(min, max) of the file's `step` values (`step`: the step column's name or a dotted path); None when it
+    has none (or cannot be read)."""
+    return read_footer(f, step, max_bytes).steps
 
 
-def read_footer(f: InputFile, step: str = "step") -> Footer:
-    if file_format(f.path) == "jsonl" and not f.problem:
-        return _jsonl_footer(f, step)
-    if file_format(f.path) != "parquet" or f.problem:
+def read_footer(f: InputFile, step: str = "step", max_bytes: int = DEFAULT_MAX_FILE_BYTES) -> Footer:
+    """A file that cannot be planned (unreadable, too large, a duplicate column, an ill-typed step) is a
+    group of its own: the one-pass path dead-letters it with the reason, and the run goes on."""
+    if f.problem or f.size > max_bytes:
+        return Footer(None, f.size)
+    if file_format(f.path) == "jsonl":
+        return _jsonl_footer(f, step, max_bytes)
+    if file_format(f.path) != "parquet":
         return Footer(None, f.size)  # a .pt dump holds its tensors as they are
     try:
         check_regular(f.path)  # never open a FIFO or a device: the one-pass path dead-letters it
@@ -98,25 +106,44 @@ def read_footer(f: InputFile, step: str = "step") -> Footer:
         return Footer(None, f.size)
 
 
-def _jsonl_footer(f: InputFile, step: str) -> Footer:
+def _jsonl_footer(f: InputFile, step: str, max_bytes: int) -> Footer:
     """JSONL has no footer: its `step` values are read (the file is parsed twice; JSONL dumps are small)."""
     try:
         check_regular(f.path)
-        table, _ = read_table(f.path, columns=[step])
-        steps = table.column(step).drop_null() if step in table.column_names else None
-        if steps is None or len(steps) == 0 or not pa.types.is_integer(steps.type):
-            return Footer(None, f.size * 2)
-        return Footer((pc.min(steps).as_py(), pc.max(steps).as_py()), f.size * 2)
+        table, _ = read_table(f.path, columns=[step, step.split(".", 1)[0]], max_bytes=max_bytes)
+        return Footer(_range(table, step), f.size * 2)
     except BadFile:  # the one-pass path reports it
         return Footer(None, f.size * 2)
 
 
+def _range(table: pa.Table, step: str):
+    """(min, max) of the integer steps at `step` in `table`; None without any (or ill-typed)."""
+    names = table.column_names
+    if names.count(step) > 1 or (step not in names and names.count(step.split(".", 1)[0]) > 1):
+        return None  # which column is meant cannot be decided: the one-pass path dead-letters the file
+    values, _ = lookup_path(table, step, "step")
+    if values is None:
+        return None
+    if pa.types.is_dictionary(values.type):
+        values = values.dictionary_decode()
+    values = values.drop_null()
+    if len(values) == 0 or not pa.types.is_integer(values.type):
+        return None
+    return pc.min(values).as_py(), pc.max(values).as_py()
+
+
 def _steps(parquet: pq.ParquetFile, step: str = "step"):
-    if step not in parquet.schema_arrow.names:
+    names = parquet.schema_arrow.names
+    if step not in names:
+        top = step.split(".", 1)[0]
+        if "." not in step or names.count(top) != 1:
+            return None  # absent, or a duplicate column: the one-pass path dead-letters that file
+        return _range(parquet.read(columns=[top]), step)  # a dotted path: only its column is read
+    if names.count(step) > 1:
         return None
     if not pa.types.is_integer(parquet.schema_arrow.field(step).type):
         return None  # ill-typed: the one-pass path dead-letters the file
-    index = parquet.schema_arrow.names.index(step)
+    index = names.index(step)
     stats = [parquet.metadata.row_group(i).column(index).statistics for i in range(parquet.metadata.num_row_groups)]
     if stats and all(s is not None and s.has_min_max for s in stats):
         return min(s.min for s in stats), max(s.max for s in stats)

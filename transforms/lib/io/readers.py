@@ -53,7 +53,7 @@ def read_input(record: dict, columns=None, max_bytes: int = DEFAULT_MAX_FILE_BYT
     if record["size"] > max_bytes:
         raise BadFile("file-too-large", f"{path}: {record['size']} bytes is over the {max_bytes}-byte limit "
                                         "(--max-file-bytes)")
-    table, metadata = read_table(path, columns, use_threads)
+    table, metadata = read_table(path, columns, use_threads, max_bytes)
     _check_unchanged(record)
     return table, metadata
 
@@ -82,10 +82,12 @@ def _check_unchanged(record: dict) -> None:
                            "is now")
 
 
-def read_table(path: str, columns=None, use_threads: bool = True) -> tuple[pa.Table, dict]:
+def read_table(path: str, columns=None, use_threads: bool = True,
+               max_bytes: int = DEFAULT_MAX_FILE_BYTES) -> tuple[pa.Table, dict]:
     """The file's rows as a table (only `columns` when given, those present) and its batch metadata.
 
     `use_threads`: Parquet columns are decoded on pyarrow's thread pool (off: on the calling thread).
+    `max_bytes`: a .jsonl.gz is refused once it decompresses to more (file-too-large).
 
     metadata: {"step": int | None, "prompt_group_sizes": list[int] | None}
     """
@@ -95,7 +97,7 @@ def read_table(path: str, columns=None, use_threads: bool = True) -> tuple[pa.Ta
             raise BadFile("empty-file", f"{path}: file is empty (0 bytes)")
         return _read_pt(path, raw, columns)
     if file_format(path) == "jsonl":
-        return read_jsonl(path, _read_bytes(path), columns), {"step": None, "prompt_group_sizes": None}
+        return read_jsonl(path, _read_bytes(path), columns, max_bytes), {"step": None, "prompt_group_sizes": None}
     return _read_parquet(path, columns, use_threads), {"step": None, "prompt_group_sizes": None}
 
 

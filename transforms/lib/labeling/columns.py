@@ -5,6 +5,8 @@ Shared by slim extraction (transforms/lib/labeling/slim.py) and the written tabl
 """
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -150,3 +152,79 @@ def list_sums(lists) -> np.ndarray:
     if nonempty.any():  # each non-empty list runs from its start to the next one's: reduceat's segments
         sums[nonempty] = np.add.reduceat(values, starts[nonempty], dtype=np.int64)
     return np.where(np.asarray(lists.is_valid()), sums, 0)
+
+
+def lookup_path(table, path, what="baseline"):
+    """The values at `path`: a column, or a dotted path into a struct, map or JSON-text column; a number
+    steps into a list (`rewards.0`: the first element, null where the list is shorter).
+
+    JSON text (a string column of JSON objects: as a JSONL or Parquet input may hold them, and as the .pt
+    reader stores dicts of mixed types) is read as a struct would be: the values at the path keep their
+    type (text ids stay text, integers stay integers; json_values says how).
+
+    Returns (Arrow array, None) or (None, why it cannot be read)."""
+    if path in table.column_names:
+        return table.column(path).combine_chunks(), None
+    top, *steps = path.split(".")
+    if top not in table.column_names:
+        return None, f"the file has no column {top!r} (for {what} {path!r})"
+    values = table.column(top).combine_chunks()
+    for depth, step in enumerate(steps):
+        kind = values.type
+        if (pa.types.is_list(kind) or pa.types.is_large_list(kind)) and step.isdigit():
+            lengths = fill(pc.list_value_length(values), 0)
+            short = np.asarray(values.is_null()) | (lengths <= int(step))
+            safe = pc.if_else(pa.array(short), pa.scalar(None, kind), values)
+            values = pc.list_element(pc.fill_null(safe, pa.scalar([None] * (int(step) + 1), kind)), int(step))
+            continue
+        if pa.types.is_struct(kind):
+            if kind.get_field_index(step) < 0:
+                where = ".".join([top] + steps[:depth])
+                return None, f"{where} has no field {step!r} (fields: {', '.join(f.name for f in kind)})"
+            values = pc.struct_field(values, step)
+        elif pa.types.is_map(kind) and _is_text(kind.key_type):
+            values = pc.map_lookup(values, pa.scalar(step, kind.key_type), "first")
+        elif _is_text(kind):
+            return json_values(values, steps[depth:]), None
+        else:
+            return None, f"{'.'.join([top] + steps[:depth])} has type {kind}: no field {step!r} in it"
+    return values, None
+
+
+def json_values(texts, steps) -> pa.Array:
+    """The values at `steps` inside each row's JSON text (null where the text is not JSON or the path is
+    absent), typed as one column: integers as int64 (text when one is beyond int64: kept exact),
+    numbers with a fraction as float64, text as text, booleans as booleans; a mix of kinds, as text
+    (each value its JSON text: a key tells them apart, a reward of mixed kinds is not numeric). A loop
+    over rows, only for JSON text."""
+    found = []
+    for text in texts.to_pylist():
+        try:
+            value = json.loads(text) if text is not None else None
+        except (ValueError, RecursionError):  # not JSON (plain text), or nested beyond the parser: no value
+            value = None
+        for step in steps:
+            if isinstance(value, dict):
+                value = value.get(step)
+            elif isinstance(value, list) and step.isdigit():
+                value = value[int(step)] if int(step) < len(value) else None
+            else:
+                value = None
+        found.append(value)
+    present = [v for v in found if v is not None]
+    kinds = {bool if isinstance(v, bool) else int if isinstance(v, int) else float if isinstance(v, float)
+             else str if isinstance(v, str) else object for v in present}
+    if not present:
+        return pa.nulls(len(found), pa.float64())
+    if kinds == {int} and all(-INT64_MAX - 1 <= v <= INT64_MAX for v in present):
+        return pa.array(found, pa.int64())
+    if kinds <= {int, float} and float in kinds:
+        return pa.array([None if v is None else float(v) for v in found], pa.float64())
+    if kinds == {bool}:
+        return pa.array(found, pa.bool_())
+    if kinds == {object}:
+        try:
+            return pa.array(found)
+        except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, OverflowError):
+            pass
+    return pa.array([None if v is None else v if isinstance(v, str) else json.dumps(v) for v in found], pa.string())

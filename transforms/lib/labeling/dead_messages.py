@@ -2,6 +2,9 @@
 so that the reward hooks (rollout_relabel/hooks/) raise with the very message `relabel run` writes."""
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
 import numpy as np
 
 from rollout_relabel.transforms.core.reasons import CODE, REASONS
@@ -10,14 +13,37 @@ BATCH_REASONS = ("partial-group-index", "group-sizes-mismatch", "batch-size-not-
                  "missing-n-samples-per-prompt")
 
 
-def dead_messages(batch_key, dead_rows, dead_code, row_problem, details, source_of, rows, prompt_group,
-                  reward, keys, config, baseline_column=None, mainstream=None, baselines=None,
-                  trainable=None) -> list[str]:
-    """A sentence per dead row (dead rows only: rare). keys: each row's rollout key (None when it has none).
+@dataclass(frozen=True)
+class BatchRows:
+    """A batch's rows as the messages name them: each by its file and row number, its prompt group, its
+    reward and rollout key, and the problem its reading found (code and detail)."""
+    batch_key: str
+    rows: Sequence              # each row's number in its file
+    source_of: Callable[[int], str]  # row position -> its file
+    prompt_group: np.ndarray
+    reward: np.ndarray
+    keys: Sequence              # each row's rollout key (None when it has none)
+    row_problem: np.ndarray     # reason code the reading found per row (0: none)
+    details: dict               # row position -> what the reading found
 
-    The estimators' own reasons name more: mainstream (bool per row: the group's units), baselines (each
-    row's --baseline-column value or None) and trainable (tokens per row), when the caller has them.
-    """
+
+@dataclass(frozen=True)
+class EstimatorRows:
+    """What the estimators' own reasons name, when the caller has it: mainstream (bool per row: the group's
+    units), baselines (each row's --baseline-column value or None), trainable (tokens per row)."""
+    baseline_column: str | None = None
+    mainstream: np.ndarray | None = None
+    baselines: Sequence | None = None
+    trainable: np.ndarray | None = None
+
+
+def dead_messages(dead_rows, dead_code, batch: BatchRows, config, estimator: EstimatorRows = EstimatorRows()
+                  ) -> list[str]:
+    """A sentence per dead row (dead rows only: rare), for its reason code in dead_code."""
+    batch_key, rows, source_of, prompt_group = batch.batch_key, batch.rows, batch.source_of, batch.prompt_group
+    reward, keys, row_problem, details = batch.reward, batch.keys, batch.row_problem, batch.details
+    baseline_column, mainstream = estimator.baseline_column, estimator.mainstream
+    baselines, trainable = estimator.baselines, estimator.trainable
     if not len(dead_rows):  # the common case, on every batch: nothing to say
         return []
     first_bad_in_group = {}

@@ -13,7 +13,7 @@ from rollout_relabel.transforms.core.advantages import compute_advantages
 from rollout_relabel.transforms.core.reasons import CODE, REASONS
 from rollout_relabel.transforms.core.types import CoreInput
 from rollout_relabel.transforms.lib.labeling.columns import fill, flag
-from rollout_relabel.transforms.lib.labeling.dead_messages import dead_messages
+from rollout_relabel.transforms.lib.labeling.dead_messages import BatchRows, EstimatorRows, dead_messages
 from rollout_relabel.transforms.lib.labeling.settings import Labeling
 from rollout_relabel.transforms.lib.output.dead_letters import records
 from rollout_relabel.transforms.lib.output.records import BatchCounts
@@ -27,99 +27,145 @@ class BatchResult:
     counters: BatchCounts
 
 
+@dataclass
+class _Rows:
+    """A batch's slim rows in (source, row) order, with what the reading found per row (problem codes and
+    details, which the labelling adds to)."""
+    key: str
+    parts: list[tuple[str, pa.Table]]  # (source, slim rows), sorted by source
+    sizes: np.ndarray                  # rows per part
+    bounds: np.ndarray                 # part k holds rows bounds[k]:bounds[k + 1]
+    slim: pa.Table
+    rows: np.ndarray                   # each row's number in its file
+    problem: np.ndarray                # reason code per row (0: none)
+    details: dict                      # row position -> what the reading found
+
+    @classmethod
+    def of(cls, batch_key: str, parts: list[tuple[str, pa.Table]]) -> _Rows:
+        parts = sorted(parts, key=lambda part: part[0])
+        sizes = np.array([t.num_rows for _, t in parts], dtype=np.int64)
+        slim = concat_slim([t for _, t in parts])
+        detail = slim.column("detail")
+        details = {int(i): detail[int(i)].as_py() for i in np.flatnonzero(np.asarray(detail.is_valid()))}
+        return cls(batch_key, parts, sizes, np.concatenate([[0], np.cumsum(sizes)]), slim,
+                   np.asarray(slim.column("row")), fill(slim.column("problem"), 0).astype(np.int64), details)
+
+    @property
+    def sources(self) -> list[str]:
+        return [source for source, _ in self.parts]
+
+    def source_of(self, i) -> str:
+        return self.parts[int(np.searchsorted(self.bounds, i, side="right")) - 1][0]
+
+
 def label_batch(batch_key: str, parts: list[tuple[str, pa.Table]], prompt_group_sizes, labeling: Labeling,
                 device: str = "cpu") -> BatchResult:
     """One batch, given as (source, slim rows) parts, through the core.
 
     Row order is (source, row): parts sorted by source, each part's rows in file order.
     """
-    config, drop_uniform_groups = labeling.core, labeling.drop_uniform_groups
-    parts = sorted(parts, key=lambda part: part[0])
-    part_sources = [source for source, _ in parts]
-    sizes = np.array([t.num_rows for _, t in parts], dtype=np.int64)
-    bounds = np.concatenate([[0], np.cumsum(sizes)])
-    slim = concat_slim([t for _, t in parts])
-    n = slim.num_rows
-    problem = fill(slim.column("problem"), 0).astype(np.int64)
-    detail = slim.column("detail")
-    details = {int(i): detail[int(i)].as_py() for i in np.flatnonzero(np.asarray(detail.is_valid()))}
-    rows = np.asarray(slim.column("row"))
-
-    def source_of(i):
-        return part_sources[int(np.searchsorted(bounds, i, side="right")) - 1]
-
-    if len(set(part_sources)) < len(part_sources):  # the same file twice in one batch
-        owner = np.repeat(np.arange(len(parts)), sizes)
-        keys = np.array([f"{part_sources[o]}\0{r}" for o, r in zip(owner, rows)])
-        order = np.argsort(keys, kind="stable")
-        duplicate = np.zeros(n, dtype=bool)
-        duplicate[order[1:]] = keys[order[1:]] == keys[order[:-1]]
-        flag(problem, details, duplicate, "duplicate-row", lambda i: f"row {rows[i]} of {source_of(i)} appears twice")
-
-    malformed = problem == CODE["malformed-line"]
-    positional = prompt_group_sizes is None and slim.column("group_index").null_count == n
+    batch = _Rows.of(batch_key, parts)
+    _flag_duplicate_rows(batch)
+    n = batch.slim.num_rows
+    malformed = batch.problem == CODE["malformed-line"]
+    positional = prompt_group_sizes is None and batch.slim.column("group_index").null_count == n
     if positional and malformed.any() and not malformed.all():
-        return _without_malformed(batch_key, parts, bounds, malformed, problem, details, rows, source_of, labeling,
-                                  device)
+        return _without_malformed(batch, malformed, labeling, device)
 
-    keys = dense_keys(slim)
-    rollout_key = keys[1]
-    reward = fill(slim.column("reward"), 0.0).astype(np.float64)
-    inp = core_input_from_slim(slim, np.zeros(n, dtype=np.int64), [prompt_group_sizes], problem, keys)
-    out = compute_advantages(inp.to(device), config, drop_uniform_groups).to("cpu")
+    keys = dense_keys(batch.slim)
+    reward = fill(batch.slim.column("reward"), 0.0).astype(np.float64)
+    inp = core_input_from_slim(batch.slim, np.zeros(n, dtype=np.int64), [prompt_group_sizes], batch.problem, keys)
+    out = compute_advantages(inp.to(device), labeling.core, labeling.drop_uniform_groups).to("cpu")
+    live = out.problem == 0
+    filtered_rows = (np.flatnonzero(live & out.uniform) if labeling.drop_uniform_groups
+                     else np.zeros(0, dtype=np.int64))
+    return BatchResult(_results(batch, out, reward, keys[1], labeling.drop_uniform_groups),
+                       _dead_records(batch, out, reward, keys[1], labeling),
+                       _filtered_records(batch, out, reward, filtered_rows),
+                       _counts(batch, out, len(filtered_rows)))
 
-    dead_code = out.problem
-    live = dead_code == 0
-    uniform = out.uniform
-    keep = live & ~uniform if drop_uniform_groups else live
-    prompt_group = out.prompt_group
+
+def _flag_duplicate_rows(batch: _Rows) -> None:
+    """The same file twice in one batch: each row after its first appearance is a duplicate-row."""
+    sources = batch.sources
+    if len(set(sources)) == len(sources):
+        return
+    owner = np.repeat(np.arange(len(sources)), batch.sizes)
+    keys = np.array([f"{sources[o]}\0{r}" for o, r in zip(owner, batch.rows)])
+    order = np.argsort(keys, kind="stable")
+    duplicate = np.zeros(len(keys), dtype=bool)
+    duplicate[order[1:]] = keys[order[1:]] == keys[order[:-1]]
+    flag(batch.problem, batch.details, duplicate, "duplicate-row",
+         lambda i: f"row {batch.rows[i]} of {batch.source_of(i)} appears twice")
+
+
+def _results(batch: _Rows, out, reward: np.ndarray, rollout_key: pa.Array, drop_uniform_groups: bool
+             ) -> dict[str, pa.Table]:
+    """source -> its RESULT rows that will be written (live rows, less uniform groups when they are dropped)."""
+    live = out.problem == 0
+    keep = live & ~out.uniform if drop_uniform_groups else live
     result = pa.table({
-        "row": pa.array(rows),
-        "raw_reward": pa.array(np.where(problem == 0, reward, np.nan).astype(np.float32)),
+        "row": pa.array(batch.rows),
+        "raw_reward": pa.array(np.where(batch.problem == 0, reward, np.nan).astype(np.float32)),
         "advantage": pa.array(out.advantage),
         "mainstream": pa.array(out.mainstream),
         "rollout_key": rollout_key,
-        "prompt_group": pa.array(prompt_group),
+        "prompt_group": pa.array(out.prompt_group),
         "rollout_mask_sum": pa.array(out.rollout_mask_sum),
-        "uniform": pa.array(uniform),
+        "uniform": pa.array(out.uniform),
     }, schema=schemas.RESULT)
     everything_kept = bool(keep.all())
     results = {}
-    for k, source in enumerate(part_sources):
-        mine = result.slice(bounds[k], sizes[k])
-        results[source] = mine if everything_kept else mine.filter(pa.array(keep[bounds[k]:bounds[k + 1]]))
+    for k, source in enumerate(batch.sources):
+        mine = result.slice(batch.bounds[k], batch.sizes[k])
+        results[source] = mine if everything_kept else mine.filter(pa.array(keep[batch.bounds[k]:batch.bounds[k + 1]]))
+    return results
 
-    dead_rows = np.flatnonzero(~live)
+
+def _dead_records(batch: _Rows, out, reward: np.ndarray, rollout_key: pa.Array, labeling: Labeling) -> pa.Table:
+    """The dead rows' DEAD_LETTERS records, each with the sentence naming its values."""
+    dead_rows = np.flatnonzero(out.problem != 0)
+    slim = batch.slim
     keys = rollout_key.to_pylist() if len(dead_rows) else []
     baselines = (slim.column("baseline").to_pylist() if len(dead_rows) and "baseline" in slim.column_names
                  else None)
-    messages = dead_messages(batch_key, dead_rows, dead_code, problem, details, source_of, rows, prompt_group,
-                             reward, keys, config, labeling.baseline_column, out.mainstream, baselines,
-                             np.asarray(slim.column("trainable")))
-    dead = records(batch_key, [source_of(i) for i in dead_rows], rows[dead_rows],
-                    [REASONS[c] for c in dead_code[dead_rows]], messages)
-    filtered_rows = np.flatnonzero(live & uniform) if drop_uniform_groups else np.zeros(0, dtype=np.int64)
-    filtered = records(batch_key, [source_of(i) for i in filtered_rows], rows[filtered_rows],
-                        ["uniform-group"] * len(filtered_rows),
-                        [f"prompt group {prompt_group[i]} of {batch_key}: every reward equals {reward[i]!r}"
-                         for i in filtered_rows])
-    counters = BatchCounts(
-        batch=batch_key, rows=n, rows_dead=int((~live).sum()), rows_filtered=int(len(filtered_rows)),
+    rows = BatchRows(batch.key, batch.rows, batch.source_of, out.prompt_group, reward, keys, batch.problem,
+                     batch.details)
+    estimator = EstimatorRows(labeling.baseline_column, out.mainstream, baselines, np.asarray(slim.column("trainable")))
+    messages = dead_messages(dead_rows, out.problem, rows, labeling.core, estimator)
+    return records(batch.key, [batch.source_of(i) for i in dead_rows], batch.rows[dead_rows],
+                   [REASONS[c] for c in out.problem[dead_rows]], messages)
+
+
+def _filtered_records(batch: _Rows, out, reward: np.ndarray, filtered_rows: np.ndarray) -> pa.Table:
+    """The rows of uniform groups left out (--drop-uniform-groups), as records."""
+    return records(batch.key, [batch.source_of(i) for i in filtered_rows], batch.rows[filtered_rows],
+                   ["uniform-group"] * len(filtered_rows),
+                   [f"prompt group {out.prompt_group[i]} of {batch.key}: every reward equals {reward[i]!r}"
+                    for i in filtered_rows])
+
+
+def _counts(batch: _Rows, out, rows_filtered: int) -> BatchCounts:
+    live = out.problem == 0
+    return BatchCounts(
+        batch=batch.key, rows=batch.slim.num_rows, rows_dead=int((~live).sum()), rows_filtered=int(rows_filtered),
         groups=int(out.groups.sum()), rollouts=int(out.units.sum()), uniform_groups=int(out.uniform_groups.sum()),
-        group_sizes=np.bincount(np.bincount(prompt_group[live])).tolist() if live.any() else [])
-    return BatchResult(results, dead, filtered, counters)
+        group_sizes=np.bincount(np.bincount(out.prompt_group[live])).tolist() if live.any() else [])
 
 
-def _without_malformed(batch_key, parts, bounds, malformed, problem, details, rows, source_of, labeling, device):
+def _without_malformed(batch: _Rows, malformed: np.ndarray, labeling: Labeling, device) -> BatchResult:
     """Groups are positional slices (no row has a group_index): a malformed line would shift every slice after
     it, so its row is left out of the batch and dead-lettered alone; its neighbours are labelled as if it were
     not there (as a malformed line in its own prompt group is when groups are keyed)."""
+    bounds = batch.bounds
     kept = [(source, table.filter(pa.array(~malformed[bounds[k]:bounds[k + 1]])))
-            for k, (source, table) in enumerate(parts)]
-    result = label_batch(batch_key, kept, None, labeling, device)
+            for k, (source, table) in enumerate(batch.parts)]
+    result = label_batch(batch.key, kept, None, labeling, device)
     bad = np.flatnonzero(malformed)
-    messages = [f"malformed-line: {details.get(int(i), 'malformed-line')} (left out of {batch_key})" for i in bad]
-    own = records(batch_key, [source_of(i) for i in bad], rows[bad], ["malformed-line"] * len(bad), messages)
+    messages = [f"malformed-line: {batch.details.get(int(i), 'malformed-line')} (left out of {batch.key})"
+                for i in bad]
+    own = records(batch.key, [batch.source_of(i) for i in bad], batch.rows[bad], ["malformed-line"] * len(bad),
+                  messages)
     dead = pa.concat_tables([result.dead, own])
     order = pc.sort_indices(dead, sort_keys=[("source", "ascending"), ("row", "ascending")])
     counters = dataclasses.replace(result.counters, rows=result.counters.rows + len(bad),

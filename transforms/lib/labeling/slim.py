@@ -5,8 +5,6 @@ position matters for positional grouping) and kills its prompt group later.
 """
 from __future__ import annotations
 
-import json
-
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -30,12 +28,18 @@ from rollout_relabel.transforms.lib.labeling.columns import (
     flag,
     int_column,
     list_sums,
+    lookup_path,
     usable_columns,
 )
 from rollout_relabel.transforms.lib.labeling.settings import RewardFields
 
 # rescoring's hidden column (transforms/lib/rescoring/rows.py): why a row has no new reward
 REWARD_FAILED = "_reward_failed"
+
+
+def mask_value_text(count: int, values: list) -> str:
+    first = next(v for v in values if v is not None and v not in (0, 1))
+    return f"loss_mask holds {count} value(s) other than 0 and 1 (first: {first}); each token trains (1) or not (0)"
 
 
 def batch_key_of(source: str, step) -> str:
@@ -68,9 +72,49 @@ def extract_slim(table: pa.Table, source: str, reward: RewardFields | str | None
     n = table.num_rows
     problem = np.zeros(n, dtype=np.int64)
     details: dict[int, str] = {}
-    table = mapped_columns(table, fields.columns, problem, details)
+    table, legacy_verl = _usable_rows(table, source, fields, problem, details)
+    reward, parts = _rewards(table, fields, problem, details)
+    trainable = _trainable_tokens(table, problem, details)
+    group_index, group_text = _group_keys(table, fields, legacy_verl)
+    rollout_key, rollout_text = _rollout_key(table)
+    baseline = None
+    if fields.baseline_column is not None:  # after every row problem: a problem's text wins its row's detail
+        baseline = _baseline_values(table, fields.baseline_column, problem, details)
+    stored = None
+    if fields.stored_advantage is not None:
+        stored = stored_advantage_values(table, fields.stored_advantage)
+    columns = {
+        "row": pa.array(np.arange(n, dtype=np.int64)),
+        "reward": pa.array(np.where(problem == 0, reward, 0.0)),
+        "trainable": pa.array(trainable.astype(np.int64)),
+        "group_index": group_index,
+        "rollout_key": rollout_key,
+        "problem": pa.array(problem),
+        "detail": _detail_column(details, n),
+    }
+    optional = {
+        "reward_parts": _parts_column(parts, problem) if parts is not None else None,
+        "baseline": pa.array(baseline, mask=~np.isfinite(baseline)) if baseline is not None else None,
+        "group_text": group_text,
+        "rollout_text": rollout_text,
+        "stored_advantage": stored,
+    }
+    columns.update((name, column) for name, column in optional.items() if column is not None)
+    slim = pa.table(columns, schema=schemas.slim_schema(parts is not None, baseline is not None,
+                                                        group_text is not None, rollout_text is not None,
+                                                        stored is not None))
+    return _by_batch(table, source, fields, slim)
+
+
+def _usable_rows(table: pa.Table, source: str, fields: RewardFields, problem, details) -> tuple[pa.Table, bool]:
+    """(the table as the interpreted columns see it (--column), whether it is a legacy verl dump): malformed
+    lines flagged first (their nulls are not the row's problem), then each interpreted column checked for a
+    usable type."""
+    n = table.num_rows
+    columns, legacy_verl = _verl_columns(table, fields)
+    table = mapped_columns(table, columns, problem, details)
     malformed = malformed_lines(table)
-    if malformed:  # first: its nulls are not the row's problem
+    if malformed:
         where = np.zeros(n, dtype=bool)
         where[list(malformed)] = True
         flag(problem, details, where, "malformed-line", lambda i: malformed[i])
@@ -81,8 +125,11 @@ def extract_slim(table: pa.Table, source: str, reward: RewardFields | str | None
             texts = failed.to_pylist()
             flag(problem, details, np.asarray(failed.is_valid()), "reward-failed", lambda i: texts[i])
         table = table.drop_columns([REWARD_FAILED])
-    table = usable_columns(table, source, problem, details)
+    return usable_columns(table, source, problem, details), legacy_verl
 
+
+def _rewards(table: pa.Table, fields: RewardFields, problem, details) -> tuple[np.ndarray, np.ndarray | None]:
+    """(each row's reward value, each row's per-key values under --reward-keys, else None)."""
     parts = None
     if fields.keys is None:
         reward = _reward_values(table, fields.key, problem, details)
@@ -92,6 +139,13 @@ def extract_slim(table: pa.Table, source: str, reward: RewardFields | str | None
     # rewards and advantages are written as float32: a value beyond its range would be written as inf
     flag(problem, details, np.isfinite(reward) & (np.abs(reward) > FLOAT32_MAX), "value-too-large",
          lambda i: f"reward {reward[i]!r} does not fit float32 (largest {FLOAT32_MAX:.6g})")
+    return reward, parts
+
+
+def _trainable_tokens(table: pa.Table, problem, details) -> np.ndarray:
+    """Each row's trainable tokens (its loss mask's sum, else its response length; 0 when removed), with
+    the length and mask checks flagged."""
+    n = table.num_rows
     response_length = int_column(table, "response_length")
     mask = table.column("loss_mask").combine_chunks() if "loss_mask" in table.column_names else None
     has_mask = np.zeros(n, dtype=bool) if mask is None else np.asarray(mask.is_valid())
@@ -103,63 +157,53 @@ def extract_slim(table: pa.Table, source: str, reward: RewardFields | str | None
     length = np.where(length_given, length, mask_len)
 
     flag(problem, details, length_given & (length < 0), "negative-length",
-          lambda i: negative_length_text(length[i]))
+         lambda i: negative_length_text(length[i]))
     flag(problem, details, (length > MAX_RESPONSE_TOKENS) | (mask_len > MAX_RESPONSE_TOKENS), "value-too-large",
-          lambda i: too_large_text(max(length[i], mask_len[i])))
+         lambda i: too_large_text(max(length[i], mask_len[i])))
     flag(problem, details, has_mask & length_given & (mask_len != length), "mask-length",
-          lambda i: mask_length_text(mask_len[i], length[i]))
+         lambda i: mask_length_text(mask_len[i], length[i]))
     if mask is not None and mask.values.null_count:
         null_tokens = list_sums(pa.ListArray.from_arrays(mask.offsets, pc.cast(mask.values.is_null(), pa.int8())))
         flag(problem, details, has_mask & (null_tokens > 0), "null-mask-value",
-              lambda i: null_mask_text(null_tokens[i], mask_len[i]))
+             lambda i: null_mask_text(null_tokens[i], mask_len[i]))
+    if mask is not None:  # 0 or 1 each: another value would weigh the token's loss (negative sums were written)
+        values = mask.values
+        odd = pc.and_(pc.is_valid(values), pc.invert(pc.is_in(values, value_set=pa.array([0, 1], values.type))))
+        odd_tokens = list_sums(pa.ListArray.from_arrays(mask.offsets, pc.cast(pc.fill_null(odd, False), pa.int8())))
+        flag(problem, details, has_mask & (odd_tokens > 0), "mask-value",
+             lambda i: mask_value_text(odd_tokens[i], mask[i].as_py()))
     remove = bool_column(table, "remove_sample")
-    trainable = np.where(remove, 0, np.where(has_mask, mask_sum, np.maximum(length, 0)))
+    return np.where(remove, 0, np.where(has_mask, mask_sum, np.maximum(length, 0)))
 
+
+def _group_keys(table: pa.Table, fields: RewardFields, legacy_verl: bool = False):
+    """(group_index, group_text): the prompt-group key as an integer, or as text when any row's is text."""
     group_index, group_text = _key(table, "group_index")
-    if fields.group_key == "verl-uid":  # {uid}_{session}_{index} -> {uid} (verl: uid.rsplit("_", 2)[0])
+    if fields.group_key == "verl-uid" and not legacy_verl:  # {uid}_{session}_{index} -> {uid} (uid.rsplit("_", 2)[0])
         text = group_text if group_text is not None else pc.cast(group_index, pa.string())
         group_text = pc.replace_substring_regex(text, r"_[^_]*_[^_]*$", "")
         group_index = _placeholder(group_text)
-    rollout_key, rollout_text = _rollout_key(table)
-    baseline = None
-    if fields.baseline_column is not None:  # after every row problem: a problem's text wins its row's detail
-        baseline = _baseline_values(table, fields.baseline_column, problem, details)
-    stored = None
-    if fields.stored_advantage is not None:
-        stored = stored_advantage_values(table, fields.stored_advantage)
-    if details:
-        detail = [None] * n
-        for i, text in details.items():
-            detail[i] = text
-        detail = pa.array(detail, pa.string())
-    else:
-        detail = pa.nulls(n, pa.string())
-    columns = {
-        "row": pa.array(np.arange(n, dtype=np.int64)),
-        "reward": pa.array(np.where(problem == 0, reward, 0.0)),
-        "trainable": pa.array(trainable.astype(np.int64)),
-        "group_index": group_index,
-        "rollout_key": rollout_key,
-        "problem": pa.array(problem),
-        "detail": detail,
-    }
-    if parts is not None:
-        width = parts.shape[1]
-        kept = np.where((problem == 0)[:, None], parts, 0.0).reshape(-1)
-        columns["reward_parts"] = pa.ListArray.from_arrays(pa.array(np.arange(n + 1, dtype=np.int32) * width),
-                                                           pa.array(kept))
-    if baseline is not None:
-        columns["baseline"] = pa.array(baseline, mask=~np.isfinite(baseline))
-    if group_text is not None:
-        columns["group_text"] = group_text
-    if rollout_text is not None:
-        columns["rollout_text"] = rollout_text
-    if stored is not None:
-        columns["stored_advantage"] = stored
-    slim = pa.table(columns, schema=schemas.slim_schema(parts is not None, baseline is not None,
-                                                        group_text is not None, rollout_text is not None,
-                                                        stored is not None))
+    return group_index, group_text
 
+
+def _detail_column(details: dict[int, str], n: int) -> pa.Array:
+    if not details:
+        return pa.nulls(n, pa.string())
+    detail = [None] * n
+    for i, text in details.items():
+        detail[i] = text
+    return pa.array(detail, pa.string())
+
+
+def _parts_column(parts: np.ndarray, problem: np.ndarray) -> pa.Array:
+    """The per-key reward values as a list per row (zeros on a row with a problem)."""
+    n, width = len(problem), parts.shape[1]
+    kept = np.where((problem == 0)[:, None], parts, 0.0).reshape(-1)
+    return pa.ListArray.from_arrays(pa.array(np.arange(n + 1, dtype=np.int32) * width), pa.array(kept))
+
+
+def _by_batch(table: pa.Table, source: str, fields: RewardFields, slim: pa.Table) -> list[tuple[str, pa.Table]]:
+    """The slim rows split by batch: one folder, one file, or the file's `step` values (a null step: BadFile)."""
     if fields.batch_from == "folder":
         return [(f"folder={source.rsplit('/', 1)[0] if '/' in source else '.'}", slim)]
     if "step" not in table.column_names or fields.batch_from == "file":
@@ -174,6 +218,23 @@ def extract_slim(table: pa.Table, source: str, reward: RewardFields | str | None
         return [(batch_key_of(source, int(unique[0])), slim)]
     return [(batch_key_of(source, int(step)), slim.filter(pa.array(step_values == step))) for step in unique]
 
+
+def _verl_columns(table: pa.Table, fields: RewardFields) -> tuple[tuple[str, ...] | None, bool]:
+    """(the --column mapping to read `table` with, whether it is a legacy verl dump).
+
+    Under --group-key verl-uid, a file without the uid column (verl's legacy trainer writes none; its
+    `_write_generations` in verl/trainer/ppo/ray_trainer.py, verl-project/verl@1dda039b9c63) is grouped by
+    identical `input` text, the prompt its responses share, taken whole (no suffix to cut)."""
+    columns = fields.columns
+    if fields.group_key != "verl-uid" or "input" not in table.column_names:
+        return columns, False
+    source = dict(item.partition("=")[::2] for item in columns or ()).get("group_index", "group_index")
+    if source.split(".", 1)[0] in table.column_names:
+        return columns, False
+    kept = tuple(item for item in columns or () if item.partition("=")[0] != "group_index")
+    return kept + ("group_index=input",), True
+
+
 def mapped_columns(table: pa.Table, columns, problem=None, details=None) -> pa.Table:
     """The table as the interpreted columns see it under --column NAME=SOURCE: NAME holds SOURCE's values
     (a column, or a dotted path into one; the input's own NAME, if any, is not interpreted). A SOURCE the
@@ -183,7 +244,7 @@ def mapped_columns(table: pa.Table, columns, problem=None, details=None) -> pa.T
     metadata = table.schema.metadata
     for item in columns:
         name, _, source = item.partition("=")
-        values, why = _lookup_path(table, source, name)
+        values, why = lookup_path(table, source, name)
         if name in table.column_names:
             table = table.drop_columns([name])
         if values is None:
@@ -191,7 +252,7 @@ def mapped_columns(table: pa.Table, columns, problem=None, details=None) -> pa.T
                 flag(problem, details, np.ones(table.num_rows, dtype=bool), "missing-column",
                      lambda i, why=why, item=item: f"--column {item}: {why}")
             continue
-        table = table.append_column(name, pa.array(values) if isinstance(values, np.ndarray) else values)
+        table = table.append_column(name, values)
     return table.replace_schema_metadata(metadata)
 
 
@@ -357,14 +418,12 @@ def _baseline_values(table, path, problem, details) -> np.ndarray:
     is (missing-baseline). Rows without a problem get a detail naming the value, for that message.
     """
     n = table.num_rows
-    values, why = _lookup_path(table, path)
+    values, why = lookup_path(table, path)
     if values is None:
         numbers = np.full(n, np.nan)
         _note(problem, details, np.ones(n, dtype=bool), lambda i: why)
         return numbers
-    if isinstance(values, np.ndarray):  # parsed from JSON text
-        numbers = values
-    elif _is_number(values.type):
+    if _is_number(values.type):
         numbers = fill(pc.cast(values, pa.float64()), np.nan)
     else:
         numbers = np.full(n, np.nan)
@@ -380,11 +439,9 @@ def stored_advantage_values(table, path) -> pa.Array:
     same path lookup as --column and --baseline-column. Null where the column is absent, the value null or
     not a number; NaN and inf are kept as they are (compare_batch counts both kinds as dead under A)."""
     n = table.num_rows
-    values, _ = _lookup_path(table, path, "stored advantage")
+    values, _ = lookup_path(table, path, "stored advantage")
     if values is None:
         return pa.nulls(n, pa.float64())
-    if isinstance(values, np.ndarray):  # parsed from JSON text: NaN where absent
-        return pa.array(values, mask=np.isnan(values))
     if not _is_number(values.type):
         return pa.nulls(n, pa.float64())
     return pc.cast(values, pa.float64())
@@ -394,54 +451,6 @@ def _note(problem, details, where, describe):
     """A detail for rows without a problem (and without a detail yet); their problem stays 0."""
     for i in np.flatnonzero(where & (problem == 0)):
         details.setdefault(int(i), describe(int(i)))
-
-
-def _lookup_path(table, path, what="baseline"):
-    """The values at `path`: a column, or a dotted path into a struct/map (or JSON text) column; a number
-    steps into a list (`rewards.0`: the first element, null where the list is shorter).
-
-    Returns (Arrow array or float64 numpy array, None) or (None, why it cannot be read)."""
-    if path in table.column_names:
-        return table.column(path).combine_chunks(), None
-    top, *steps = path.split(".")
-    if top not in table.column_names:
-        return None, f"the file has no column {top!r} (for {what} {path!r})"
-    values = table.column(top).combine_chunks()
-    for depth, step in enumerate(steps):
-        kind = values.type
-        if (pa.types.is_list(kind) or pa.types.is_large_list(kind)) and step.isdigit():
-            lengths = fill(pc.list_value_length(values), 0)
-            short = np.asarray(values.is_null()) | (lengths <= int(step))
-            safe = pc.if_else(pa.array(short), pa.scalar(None, kind), values)
-            values = pc.list_element(pc.fill_null(safe, pa.scalar([None] * (int(step) + 1), kind)), int(step))
-            continue
-        if pa.types.is_struct(kind):
-            if kind.get_field_index(step) < 0:
-                where = ".".join([top] + steps[:depth])
-                return None, f"{where} has no field {step!r} (fields: {', '.join(f.name for f in kind)})"
-            values = pc.struct_field(values, step)
-        elif pa.types.is_map(kind) and (pa.types.is_string(kind.key_type) or pa.types.is_large_string(kind.key_type)):
-            values = pc.map_lookup(values, pa.scalar(step, kind.key_type), "first")
-        elif pa.types.is_string(kind) or pa.types.is_large_string(kind):
-            return _json_path(values, steps[depth:]), None  # stored as JSON text (see readers.py)
-        else:
-            return None, f"{'.'.join([top] + steps[:depth])} has type {kind}: no field {step!r} in it"
-    return values, None
-
-
-def _json_path(texts, steps) -> np.ndarray:
-    """Values read as JSON text (mixed-type dicts of .pt dumps): a loop over rows, only for that case."""
-    out = np.full(len(texts), np.nan)
-    for i, text in enumerate(texts.to_pylist()):
-        try:
-            value = json.loads(text) if text is not None else None
-            for step in steps:
-                value = value.get(step) if isinstance(value, dict) else None
-        except ValueError:
-            value = None
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            out[i] = float(value)
-    return out
 
 
 def _is_number(kind) -> bool:

@@ -66,14 +66,21 @@ def read(output: str) -> dict | None:
         return {"renewed": 0}
 
 
-def _create_local(path: str, data: bytes) -> bool:
-    """Create path holding data unless it exists (atomically); False when it existed."""
+def create_if_absent(path: str, data: bytes) -> bool:
+    """Create path holding data unless it exists (atomically); False when it existed.
+
+    The lease is written whole under a private name first and then linked into place: a lease created
+    empty and filled after would be read half-written by a second run, taken for a dead run's, and
+    taken over."""
+    private = f"{path}.{os.getpid()}.{uuid.uuid4().hex}"
+    with open(private, "wb") as handle:
+        handle.write(data)
     try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        os.link(private, path)
     except FileExistsError:
         return False
-    with os.fdopen(fd, "wb") as handle:
-        handle.write(data)
+    finally:
+        os.unlink(private)
     return True
 
 
@@ -92,7 +99,7 @@ class Lease:
             filesystem.delete_existing([self.path])
         data = json.dumps(self.holder, sort_keys=True).encode()
         if "://" not in self.output:
-            if not _create_local(self.path, data):
+            if not create_if_absent(self.path, data):
                 raise UsageError(f"{self.output} is being written by another run: {describe(read(self.output) or {})}")
             return
         output_files.write_bytes_atomically(data, self.output, LEASE_NAME)

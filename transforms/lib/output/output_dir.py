@@ -81,7 +81,8 @@ def make_writable(output: str, flag: str = "--output") -> None:
         if "://" not in output and os.path.exists(output) and not os.path.isdir(output):
             raise UsageError(f"{flag} {output}: is an existing file, not a directory")
         filesystem.mkdirs(output)
-        output_files.write_bytes_atomically(b"", output, probe)
+        # not empty: S3 refuses to complete a multipart upload that has no part
+        output_files.write_bytes_atomically(b"probe", output, probe)
         filesystem.delete([filesystem.join(output, probe)])
     except UsageError:
         raise

@@ -1,6 +1,7 @@
 """Fault injection for the recovery tests: kill, fail or pause this process at a named point.
 
-Each variable names "<point>:<output file name>" (points: before-rename, after-rename):
+Each variable names "<point>:<output file name>" (points: before-rename, after-rename; and
+before-commit:<run name>, a Delta run whose part files are all written, before its commit):
 - ROLLOUT_RELABEL_CRASH_AT: SIGKILL there (a crashed worker);
 - ROLLOUT_RELABEL_FAIL_AT: raise OSError(ENOSPC) there (a full disk);
 - ROLLOUT_RELABEL_PAUSE_AT: "<point>:<name>:<seconds>", sleep there (a slow run, for concurrency tests).

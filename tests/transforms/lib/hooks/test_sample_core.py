@@ -110,3 +110,14 @@ def test_a_key_of_another_type_is_a_key_to_the_pipeline_and_ill_typed_to_the_hoo
     rows = rows_from_samples(as_objects(samples))
     assert {REASONS[c] for c in rows.core.row_problem.tolist()} == {"ill-typed-column"}  # integer keys only
     assert f"column `{name}` has type" in rows.details[0]
+
+
+def test_a_rows_first_problem_wins_and_its_detail_stays():
+    from rollout_relabel.transforms.core.reasons import CODE
+    from rollout_relabel.transforms.lib.hooks.sample_core import _Problems
+
+    flag = _Problems(3)
+    flag([0, 2], "negative-length", lambda i: f"row {i} negative")
+    flag([1, 2], "mask-length", lambda i: f"row {i} mask")
+    assert flag.problem.tolist() == [CODE["negative-length"], CODE["mask-length"], CODE["negative-length"]]
+    assert flag.details == {0: "row 0 negative", 1: "row 1 mask", 2: "row 2 negative"}

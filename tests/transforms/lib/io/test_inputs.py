@@ -41,3 +41,31 @@ def test_colliding_output_names_are_a_usage_error(tmp_path):
 def test_missing_input_is_a_usage_error(tmp_path):
     with pytest.raises(UsageError, match="no such file"):
         expand_inputs([str(tmp_path / "nope")], str(tmp_path / "out"))
+
+
+@pytest.mark.parametrize("hidden", ["_temporary/0/task_1", ".ipynb_checkpoints", "_tmp", ".cache/deep"])
+def test_listings_skip_files_under_hidden_folders(tmp_path, hidden):
+    """Spark's `_temporary/` attempts and Jupyter's checkpoints are not rollouts: a run or a watch over the
+    folder must not read them into real steps. A hidden folder named itself is read."""
+    (tmp_path / "in" / "step1").mkdir(parents=True)
+    (tmp_path / "in" / "step1" / "0.parquet").write_bytes(b"x")
+    (tmp_path / "in" / hidden).mkdir(parents=True)
+    (tmp_path / "in" / hidden / "0.parquet").write_bytes(b"x")
+    out = str(tmp_path / "out")
+    assert [f.output for f in expand_inputs([str(tmp_path / "in")], out)] == ["part-step1__0.parquet"]
+    assert [f.output for f in expand_inputs([str(tmp_path / "in" / "*" / "*.parquet")], out)] == [
+        "part-step1__0.parquet"]
+    named = expand_inputs([str(tmp_path / "in" / hidden)], out)
+    assert [f.path for f in named] == [str(tmp_path / "in" / hidden / "0.parquet")]
+
+
+def test_an_existing_path_is_literal_glob_characters_and_all(tmp_path):
+    (tmp_path / "dump0.pt").write_bytes(b"0")
+    (tmp_path / "dump[0].pt").write_bytes(b"[0]")
+    (tmp_path / "run[1]").mkdir()
+    (tmp_path / "run[1]" / "a.parquet").write_bytes(b"x")
+    out = str(tmp_path / "out")
+    assert [f.path for f in expand_inputs([str(tmp_path / "dump[0].pt")], out)] == [str(tmp_path / "dump[0].pt")]
+    assert [f.path for f in expand_inputs([str(tmp_path / "run[1]")], out)] == [str(tmp_path / "run[1]" / "a.parquet")]
+    # a path that does not exist is a pattern
+    assert [f.path for f in expand_inputs([str(tmp_path / "dump[01].pt")], out)] == [str(tmp_path / "dump0.pt")]

@@ -68,3 +68,31 @@ def test_footers_read_alike_from_local_files_and_from_a_store(tmp_path):
         assert sorted({footer.steps for footer in by_name.values()}) == [(0, 0), (1, 1), (2, 2)]
     finally:
         memfs.clear()
+
+
+def test_a_dotted_step_is_read_as_slim_extraction_reads_it(tmp_path):
+    """--column step=meta.step: a step spread over two files is one batch (one group of the plan), read
+    from a struct in Parquet and from JSON text in JSONL alike."""
+    pq.write_table(pa.table({"reward": [0.0, 1.0], "meta": [{"step": 3}, {"step": 3}]}), tmp_path / "a.parquet")
+    pq.write_table(pa.table({"reward": [0.0], "meta": [{"step": 3}]}), tmp_path / "b.parquet")
+    (tmp_path / "c.jsonl").write_text('{"reward": 1.0, "meta": "{\\"step\\": 3}"}\n')
+    pq.write_table(pa.table({"reward": [0.0], "meta": [{"step": 9}]}), tmp_path / "d.parquet")
+    files = expand_inputs([str(tmp_path)], str(tmp_path / "out"))
+    footers = read_footers(files, step="meta.step")
+    assert {os.path.basename(p): f.steps for p, f in footers.items()} == {
+        "a.parquet": (3, 3), "b.parquet": (3, 3), "c.jsonl": (3, 3), "d.parquet": (9, 9)}
+    groups, _ = group_by_batch_sharing(files, step="meta.step")
+    assert [[os.path.basename(f.path) for f in g] for g in groups] == [
+        ["a.parquet", "b.parquet", "c.jsonl"], ["d.parquet"]]
+
+
+def test_a_file_with_two_step_columns_is_a_group_of_its_own(tmp_path):
+    """Which `step` is meant cannot be decided: the one-pass path dead-letters the file (duplicate-column);
+    the plan must not fail the whole run on it."""
+    steps = pa.array([1, 1])
+    pq.write_table(pa.table([steps, steps, pa.array([0.0, 1.0])], names=["step", "step", "reward"]),
+                   tmp_path / "a.parquet")
+    pq.write_table(pa.table({"step": [1], "reward": [0.0]}), tmp_path / "b.parquet")
+    files = expand_inputs([str(tmp_path)], str(tmp_path / "out"))
+    assert {os.path.basename(p): f.steps for p, f in read_footers(files).items()} == {
+        "a.parquet": None, "b.parquet": (1, 1)}

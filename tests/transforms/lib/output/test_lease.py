@@ -1,0 +1,39 @@
+"""transforms/lib/output/lease.py: a lease is never seen half-written."""
+import json
+import threading
+
+from rollout_relabel.transforms.lib.output import lease
+
+
+def test_a_lease_is_created_whole_or_not_at_all(tmp_path):
+    path = str(tmp_path / lease.LEASE_NAME)
+    assert lease.create_if_absent(path, b'{"run": "a"}')
+    assert not lease.create_if_absent(path, b'{"run": "b"}')  # it existed: left as it was
+    assert json.loads(open(path).read()) == {"run": "a"}
+    assert sorted(p.name for p in tmp_path.iterdir()) == [lease.LEASE_NAME]  # no private copy left behind
+
+
+def test_a_reader_racing_the_creation_never_reads_an_empty_lease(tmp_path):
+    # an empty or partial lease reads as a dead run's, which a second run would take over
+    path = tmp_path / lease.LEASE_NAME
+    holder = json.dumps({"run": "x" * 4096, "renewed": 1e12}).encode()
+    seen, done = [], threading.Event()
+
+    def read_while_created():
+        while not done.is_set():
+            if path.exists():
+                try:
+                    seen.append(len(path.read_bytes()))
+                except FileNotFoundError:
+                    pass
+
+    reader = threading.Thread(target=read_while_created)
+    reader.start()
+    try:
+        for _ in range(300):
+            assert lease.create_if_absent(str(path), holder)
+            path.unlink()
+    finally:
+        done.set()
+        reader.join()
+    assert seen and set(seen) == {len(holder)}
