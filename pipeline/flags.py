@@ -190,6 +190,7 @@ def run_parser() -> Parser:
     _add_io(parser, "output directory (local path or any Beam filesystem URL)")
     add_table_output(parser)
     add_labeling(parser)
+    add_rescoring(parser)
     _add_running(parser, "run")
     return parser
 
@@ -218,7 +219,6 @@ def backfill_parser() -> Parser:
                                         "folder holding one output folder per run")
     add_table_output(parser, run_name=False)
     add_labeling(parser)
-    add_rescoring(parser)
     _add_running(parser, "run")
     return parser
 
