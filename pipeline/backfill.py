@@ -30,7 +30,7 @@ from rollout_relabel.transforms.lib.output.output_dir import DEAD_LETTERS_NAME, 
 from rollout_relabel.transforms.lib.output.part_files import batch_inputs
 from rollout_relabel.transforms.lib.worker.faults import crash_point
 
-RECORD_FILES = {"dead": DEAD_LETTERS_NAME, "filtered": FILTERED_NAME}
+EXCLUDED_FILES = {"dead": DEAD_LETTERS_NAME, "filtered": FILTERED_NAME}
 
 
 def run_name(args: argparse.Namespace, settings: RunSettings) -> str:
@@ -61,7 +61,7 @@ def run_delta(parsed: Parsed, settings: RunSettings, test_pipeline: beam.Pipelin
     files = expand_inputs(settings.inputs, table)
     if not files:
         raise UsageError(f"no .pt or .parquet files found under {' '.join(settings.inputs)}")
-    inputs = batch_inputs([f.record() for f in files])
+    inputs = batch_inputs([f.entry() for f in files])
     snapshot = delta_table.open_snapshot(table, run, storage)
     last = snapshot.last_commit()
     if last is not None and last.get("fingerprint") != settings.fingerprint() and not settings.overwrite:
@@ -111,7 +111,7 @@ def _commit_records(table: str, run: str, storage, record: dict, token: str, sta
     records copied from the staging folder next to the training rows. Returns the tables committed."""
     staging = staging or delta_table.staging_folder(table, run, token)
     committed = []
-    for kind, name in RECORD_FILES.items():
+    for kind, name in EXCLUDED_FILES.items():
         target = delta_table.records_table(table, kind)
         snapshot = delta_table.open_snapshot(target, run, storage)
         last = snapshot.last_commit()

@@ -21,10 +21,11 @@ from rollout_relabel.transforms.lib.errors import ExitCode, UsageError
 from rollout_relabel.transforms.lib.io import filesystem
 from rollout_relabel.transforms.lib.io.inputs import expand_inputs
 from rollout_relabel.transforms.lib.io.plan import group_by_batch_sharing
+from rollout_relabel.transforms.lib.io.readers import ROLLOUT_SUFFIXES
 from rollout_relabel.transforms.lib.labeling.settings import CompareSettings, Side
 from rollout_relabel.transforms.lib.output import delta_table, lease, output_files
 from rollout_relabel.transforms.lib.output.output_dir import make_writable
-from rollout_relabel.transforms.lib.output.records import BATCHES, FILES, GROUPS, POINTS
+from rollout_relabel.transforms.lib.output.stage_outputs import BATCHES, FILES, GROUPS, POINTS
 from rollout_relabel.transforms.write_compare_report import WriteCompareReport
 
 PROGRESS_DIR = ".progress"
@@ -103,8 +104,8 @@ def build(p: beam.Pipeline, settings: CompareSettings, files, progress_dir: str 
     labeling = settings.a.labeling  # the input's layout is run-wide: both sides carry it
     groups, _ = group_by_batch_sharing(files, max_group_bytes=float("inf"), batch_from=labeling.batch_from,
                                        step=labeling.step_column())
-    records = [[dict(f.record(), name=f.output[len("part-"):-len(".parquet")]) for f in group] for group in groups]
-    results = (p | "ListFileGroups" >> beam.Create(records)
+    entries = [[dict(f.entry(), name=f.output[len("part-"):-len(".parquet")]) for f in group] for group in groups]
+    results = (p | "ListFileGroups" >> beam.Create(entries)
                | "CompareLabelings" >> CompareLabelings(settings, progress_dir))
     outputs = {kind: results[kind] for kind in (BATCHES, FILES, GROUPS, POINTS)}
     return outputs | "WriteCompareReport" >> WriteCompareReport(
@@ -116,7 +117,7 @@ def compare(argv: list[str], test_pipeline: beam.Pipeline | None = None) -> Comp
     check_runner(parsed.options, settings, [("--input", p) for p in settings.inputs] + [("--report", settings.report)])
     files = expand_inputs(settings.inputs, settings.report)
     if not files:
-        raise UsageError(f"no .pt or .parquet files found under {' '.join(settings.inputs)}")
+        raise UsageError(f"no rollout files ({', '.join(ROLLOUT_SUFFIXES)}) found under {' '.join(settings.inputs)}")
     report_dir = settings.report
     make_writable(report_dir, "--report")
     with lease.holding(report_dir, "compare"):
@@ -124,7 +125,7 @@ def compare(argv: list[str], test_pipeline: beam.Pipeline | None = None) -> Comp
         filesystem.delete_existing([progress_dir, filesystem.join(report_dir, REPORT_JSON)])
         pipeline = test_pipeline if test_pipeline is not None else beam.Pipeline(options=parsed.options)
         build(pipeline, settings, files, progress_dir)
-        with progress.showing(progress.committed_records(progress_dir), len(files), "relabel compare",
+        with progress.showing(progress.committed_progress(progress_dir), len(files), "relabel compare",
                               settings.progress), worker_output.logged():
             pipeline.run().wait_until_finish()
         filesystem.delete_existing([progress_dir])

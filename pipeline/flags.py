@@ -8,10 +8,24 @@ is a Beam pipeline option (pipeline/parse.py checks it against Beam's own).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 
-from rollout_relabel.transforms.core.config import MAINSTREAM_POLICIES, SEMANTICS, SINGLETON_RULES
+from rollout_relabel.transforms.core.config import (
+    MAINSTREAM_POLICIES,
+    NORMALIZING_ESTIMATORS,
+    SEMANTICS,
+    SINGLETON_RULES,
+    CoreConfig,
+)
 from rollout_relabel.transforms.lib.errors import UsageError
-from rollout_relabel.transforms.lib.labeling.settings import DEFAULT_MAX_FILE_BYTES
+from rollout_relabel.transforms.lib.labeling.settings import (
+    BATCH_FROM,
+    DEFAULT_MAX_FILE_BYTES,
+    GROUP_KEYS,
+    MAPPABLE,
+    Labeling,
+)
+from rollout_relabel.transforms.lib.worker.device import DEVICES
 
 BEAM_LINE = ("Any Beam pipeline option (--runner, --project, ...) is accepted too: "
              "`relabel {command} --help-beam` lists them.")
@@ -68,18 +82,27 @@ def _parser(command: str, usage: str, description: str) -> Parser:
     return parser
 
 
+def default(option: str):
+    """A labeling option's default, as its field in Labeling / CoreConfig declares it."""
+    for f in dataclasses.fields(CoreConfig) + dataclasses.fields(Labeling):
+        if f.name == option:
+            return f.default
+    raise KeyError(option)
+
+
 def add_labeling(parser: argparse.ArgumentParser) -> None:
     """How rows are labelled: one flag per field of Labeling / CoreConfig, dest = the field's name."""
     group = parser.group("labeling")
-    group.add_argument("--semantics", choices=SEMANTICS, default="rollout-mainstream",
+    group.add_argument("--semantics", choices=SEMANTICS, default=default("semantics"),
                        help="normalization semantics (docs/semantics.md)")
-    group.add_argument("--estimator", default="grpo",
-                       help="grpo, gspo, cispo, dr_grpo, reinforce_plus_plus_baseline, rloo, grpo_passk, opo, gpg, "
-                            "remax (with --baseline-column), gdpo (with --reward-keys); others pass through")
+    group.add_argument("--estimator", default=default("estimator"),
+                       help=", ".join(NORMALIZING_ESTIMATORS) + " (remax needs --baseline-column, gdpo "
+                            f"--reward-keys; default {default('estimator')}); others pass through")
     group.add_argument("--std-normalization", dest="std_normalization", action=argparse.BooleanOptionalAction,
-                       default=True, help="divide by the group std (grpo/gspo/cispo; default on)")
+                       default=default("std_normalization"),
+                       help="divide by the group std (grpo/gspo/cispo; default on)")
     group.add_argument("--no-rewards-normalization", dest="rewards_normalization", action="store_false",
-                       default=True, help="advantage = reward value, unchanged")
+                       default=default("rewards_normalization"), help="advantage = reward value, unchanged")
     group.add_argument("--reward-key", metavar="KEY", help="the reward is a struct/map: use its field KEY")
     group.add_argument("--reward-keys", dest="reward_keys", type=name_list, action="extend", metavar="K1,K2,...",
                        help="the reward is a struct/map: its value is the weighted sum of these fields "
@@ -89,21 +112,21 @@ def add_labeling(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--baseline-column", metavar="COL",
                        help="remax: each unit's baseline, a column or a dotted path into a struct/map column "
                             "(e.g. metadata.remax_baseline_reward)")
-    group.add_argument("--singleton-groups", choices=SINGLETON_RULES, default="zero",
-                       help="a one-unit group's advantage: zero (default), or raw (mean 0, std 1, as verl); "
-                            "not with legacy-reshape")
+    group.add_argument("--singleton-groups", choices=SINGLETON_RULES, default=default("singleton_groups"),
+                       help=f"a one-unit group's advantage: zero, or raw (mean 0, std 1, as verl); default "
+                            f"{default('singleton_groups')}; not with legacy-reshape")
     group.add_argument("--mainstream", choices=MAINSTREAM_POLICIES,
                        help="which row of a rollout supplies its reward (rollout semantics only)")
     group.add_argument("--drop-uniform-groups", action="store_true",
                        help="groups whose rewards are all equal go to filtered.parquet")
     group.add_argument("--column", dest="columns", action="append", metavar="NAME=SOURCE",
-                       help="read the interpreted column NAME (reward, step, group_index, index, rollout_id, "
-                            "response_length, loss_mask, remove_sample, status) from SOURCE: a column, or a dotted "
-                            "path into a struct/map column (a number steps into a list: rewards.0); repeatable")
-    group.add_argument("--batch-from", dest="batch_from", choices=("column", "file", "folder"), default="column",
+                       help=f"read the interpreted column NAME ({', '.join(MAPPABLE)}) from SOURCE: a column, or "
+                            "a dotted path into a struct/map column (a number steps into a list: rewards.0); "
+                            "repeatable")
+    group.add_argument("--batch-from", dest="batch_from", choices=BATCH_FROM, default=default("batch_from"),
                        help="the batch: the step column (default; each file without one), each file, or each "
                             "file's folder")
-    group.add_argument("--group-key", dest="group_key", choices=("verl-uid",),
+    group.add_argument("--group-key", dest="group_key", choices=GROUP_KEYS,
                        help="derive the group from part of group_index: verl-uid takes {uid} of verl's "
                             "{uid}_{session}_{index}")
     group.add_argument("--format", dest="format", choices=("slime", "miles", "verl", "areal", "nemo-rl", "trl"),
@@ -131,7 +154,7 @@ def _add_io(parser: argparse.ArgumentParser, output_help: str) -> None:
 
 def _add_running(parser: argparse.ArgumentParser, command: str) -> None:
     group = parser.group("running")
-    group.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
+    group.add_argument("--device", choices=DEVICES, default="auto",
                        help="where the numeric core runs: cpu (numpy), cuda (torch); auto: cuda where present")
     group.add_argument("--progress", action=argparse.BooleanOptionalAction,
                        help="files done and rows so far on stderr (default: when stderr is a terminal)")

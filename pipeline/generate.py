@@ -3,7 +3,7 @@
 No Beam here: numpy builds the columns, pyarrow writes Parquet, torch writes
 the ``.pt`` dumps that slime/miles save with ``--save-debug-rollout-data``.
 
-Shape of one step (batch), per the project's words (SEMANTICS.md):
+Shape of one step (batch), per the project's words (docs/semantics.md):
 
 * ``prompts_per_step`` prompt groups, ``samples_per_prompt`` rollouts each.
 * Each rollout fans out into rows: mostly 1, some 2-5, rarely ~20

@@ -13,7 +13,7 @@ from rollout_relabel.transforms.lib.io.inputs import InputFile
 from rollout_relabel.transforms.lib.io.plan import group_by_batch_sharing
 from rollout_relabel.transforms.lib.labeling.settings import RunSettings
 from rollout_relabel.transforms.lib.output.part_files import batch_inputs
-from rollout_relabel.transforms.lib.output.records import (
+from rollout_relabel.transforms.lib.output.stage_outputs import (
     COUNTERS,
     DEAD,
     FILES,
@@ -21,7 +21,7 @@ from rollout_relabel.transforms.lib.output.records import (
     RESULTS,
     SLIM,
     STATS,
-    RowRecords,
+    ExcludedRows,
 )
 from rollout_relabel.transforms.read_rollouts import ReadRollouts
 from rollout_relabel.transforms.relabel_file_groups import RelabelFileGroups
@@ -42,7 +42,7 @@ def build(p: beam.Pipeline, settings: RunSettings, files: list[InputFile], group
                                                       step=settings.labeling.step_column())
     hints = dict(settings.core_resource_hints)
 
-    one_pass = p | "ListFileGroups" >> beam.Create([[f.record() for f in g] for g in groups])
+    one_pass = p | "ListFileGroups" >> beam.Create([[f.entry() for f in g] for g in groups])
     if settings.rescoring is not None:
         one_pass = one_pass | "RescoreRollouts" >> _rescore(settings)
     one_pass = one_pass | "RelabelFileGroups" >> RelabelFileGroups(settings).with_resource_hints(**hints)
@@ -54,15 +54,15 @@ def build(p: beam.Pipeline, settings: RunSettings, files: list[InputFile], group
     kinds = [DEAD, FILTERED] if settings.labeling.drop_uniform_groups else [DEAD]
     records = [outputs[kind]
                | f"Flatten{kind.title()}Records" >> beam.Flatten()
-               | f"Mark{kind.title()}Records" >> beam.Map(RowRecords, kind) for kind in kinds]
+               | f"Mark{kind.title()}Records" >> beam.Map(ExcludedRows, kind) for kind in kinds]
     items = (
         *outputs[STATS],
         *records,
-        outputs[FILES] | "FlattenFileRecords" >> beam.Flatten() | "ReadStats" >> beam.Map(_file_read),
+        outputs[FILES] | "FlattenFileEntries" >> beam.Flatten() | "ReadStats" >> beam.Map(_file_read),
         outputs[COUNTERS] | "FlattenBatchCounters" >> beam.Flatten(),
     ) | "FlattenStats" >> beam.Flatten()
     # the record files and the manifest in one stage after the last group (each stage costs a bundle)
-    return items | "CommitRun" >> CommitRun(settings, [f.record() for f in files])
+    return items | "CommitRun" >> CommitRun(settings, [f.entry() for f in files])
 
 
 def _rescore(settings: RunSettings) -> beam.PTransform:
@@ -76,9 +76,9 @@ def _digest(digests: list[str]) -> str:
     return hashlib.sha256("\n".join(sorted(digests)).encode()).hexdigest()[:16]
 
 
-def _with_rewards_of(record: dict, digest: str) -> dict:
-    """The record whose batch inputs' identity covers every sibling's rewards (in its part file's lineage)."""
-    return dict(record, batch_inputs=f"{record['batch_inputs']}+rewards:{digest}")
+def _with_rewards_of(entry: dict, digest: str) -> dict:
+    """The entry whose batch inputs' identity covers every sibling's rewards (in its part file's lineage)."""
+    return dict(entry, batch_inputs=f"{entry['batch_inputs']}+rewards:{digest}")
 
 
 def _file_read(element):
@@ -89,15 +89,15 @@ def _file_read(element):
 def _shuffle_path(p, settings: RunSettings, shared: list[InputFile]) -> dict:
     """Batches spread over more files than one worker should hold: slim rows meet in a shuffle."""
     # the shuffle path's files are one set of siblings: a change to any of them redoes them all
-    records = [f.record() for f in shared]
-    siblings = batch_inputs(records)
-    listed = p | "ListSharedBatchFiles" >> beam.Create([dict(r, batch_inputs=siblings) for r in records])
+    entries = [f.entry() for f in shared]
+    siblings = batch_inputs(entries)
+    listed = p | "ListSharedBatchFiles" >> beam.Create([dict(r, batch_inputs=siblings) for r in entries])
     if settings.rescoring is not None:
-        rescored = (listed | "OneFileGroups" >> beam.Map(lambda record: [record])
+        rescored = (listed | "OneFileGroups" >> beam.Map(lambda entry: [entry])
                     | "RescoreSharedBatchFiles" >> _rescore(settings)
-                    | "FileRecords" >> beam.FlatMap(lambda group: group))
+                    | "FileEntries" >> beam.FlatMap(lambda group: group))
         # siblings share batches: a reward changed in one file changes the others' advantages too
-        every = (rescored | "EachFilesRewards" >> beam.Map(lambda record: record.get("rewards", ""))
+        every = (rescored | "EachFilesRewards" >> beam.Map(lambda entry: entry.get("rewards", ""))
                  | "AllRewards" >> beam.combiners.ToList() | "RewardsDigest" >> beam.Map(_digest))
         listed = rescored | "WithSiblingsRewards" >> beam.Map(_with_rewards_of, beam.pvalue.AsSingleton(every))
     read = listed | "ReadRollouts" >> ReadRollouts(settings)

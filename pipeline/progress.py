@@ -88,7 +88,7 @@ def part_files(output_dir: str, names) -> Callable[[], tuple[int, int]]:
     return poll
 
 
-def committed_records(progress_dir: str) -> Callable[[], tuple[int, int]]:
+def committed_progress(progress_dir: str) -> Callable[[], tuple[int, int]]:
     """Poller for `relabel compare`: the {files, rows} records its workers commit per group of files."""
     seen: dict[str, tuple[int, int]] = {}
 

@@ -19,11 +19,12 @@ from rollout_relabel.pipeline.local_threads import (
 from rollout_relabel.pipeline.parse import Parsed, parse
 from rollout_relabel.pipeline.runner_checks import RunnerCheck, check_runner
 from rollout_relabel.pipeline.settings_from_flags import run_settings
-from rollout_relabel.transforms.core.reasons import REWARD_FAILED
+from rollout_relabel.transforms.core.reasons import Reason
 from rollout_relabel.transforms.lib.errors import ExitCode, UsageError
 from rollout_relabel.transforms.lib.io import filesystem
 from rollout_relabel.transforms.lib.io.inputs import expand_inputs
 from rollout_relabel.transforms.lib.io.plan import group_by_batch_sharing, read_footers
+from rollout_relabel.transforms.lib.io.readers import ROLLOUT_SUFFIXES
 from rollout_relabel.transforms.lib.labeling.settings import RunSettings
 from rollout_relabel.transforms.lib.output import lease, output_files
 from rollout_relabel.transforms.lib.output import manifest as manifest_lib
@@ -98,7 +99,7 @@ def relabel_into(parsed: Parsed, settings: RunSettings, test_pipeline: beam.Pipe
     runner_check = check_runner(options, settings)
     files = files if files is not None else expand_inputs(settings.inputs, settings.output)
     if not files:
-        raise UsageError(f"no .pt or .parquet files found under {' '.join(settings.inputs)}")
+        raise UsageError(f"no rollout files ({', '.join(ROLLOUT_SUFFIXES)}) found under {' '.join(settings.inputs)}")
     output = settings.output
     if settings.dry_run:
         return _relabel(parsed, settings, files, runner_check, test_pipeline)
@@ -119,7 +120,7 @@ def _relabel(parsed: Parsed, settings: RunSettings, files, runner_check: RunnerC
         same_options = previous.get("fingerprint") == settings.fingerprint()
         # rescoring: reward-failed rows are not final, a plain rerun retries them (and only them)
         retry_rewards = settings.rescoring is not None and any(
-            k.startswith(REWARD_FAILED) for k in previous["dead_letters"]["by_reason"])
+            k.startswith(Reason.REWARD_FAILED) for k in previous["dead_letters"]["by_reason"])
         if same_options and same_inputs and not settings.overwrite and parts_intact(output, previous) \
                 and not retry_rewards:
             return RunOutcome(ExitCode.OK, output, previous,

@@ -29,7 +29,7 @@ from rollout_relabel.transforms.lib.output.output_dir import (
     remove_run_outputs,
     temporary_files,
 )
-from rollout_relabel.transforms.lib.watch import ledger as watch_records
+from rollout_relabel.transforms.lib.watch import ledger
 from rollout_relabel.transforms.relabel_landed_files import RelabelLandedFiles
 from rollout_relabel.transforms.watch_files import WatchFiles
 
@@ -53,10 +53,10 @@ def run_watch(argv: list[str], test_pipeline: beam.Pipeline | None = None) -> Ru
         notes = []
         with StopOnSignal(output) as stop, worker_output.logged():
             pipeline.run().wait_until_finish()
-    filesystem.delete_existing([watch_records.stop_path(output)])
+    filesystem.delete_existing([ledger.stop_path(output)])
     if stop.requested:
         notes.append("stopped: interrupted; files not finished are relabelled by the next watch")
-    manifest = watch_records.write_watch_manifest(output, lineage, settings.fingerprint(), "stopped",
+    manifest = ledger.write_watch_manifest(output, lineage, settings.fingerprint(), "stopped",
                                                   _not_done(settings, output))
     waiting = manifest["watch"]["not_done"]
     notes.append(f"watch       {manifest['watch']['files_done']} files done"
@@ -72,10 +72,10 @@ def _prepare_output(output: str, settings) -> None:
         if not settings.overwrite:
             refuse_other_options(output, "output", previous.get("fingerprint"), settings.fingerprint())
         remove_run_outputs(output, [i.get("output") for i in previous["inputs"]])
-        stale = [filesystem.join(output, d) for d in (watch_records.RECORDS_DIR, watch_records.DEAD_LETTERS_DIR,
-                                                      watch_records.FILTERED_DIR)]
+        stale = [filesystem.join(output, d) for d in (ledger.ENTRIES_DIR, ledger.DEAD_LETTERS_DIR,
+                                                      ledger.FILTERED_DIR)]
         filesystem.delete_existing(stale)
-    stale = [watch_records.stop_path(output)] + [filesystem.join(output, n) for n in watch_records.RUN_RECORDS]
+    stale = [ledger.stop_path(output)] + [filesystem.join(output, n) for n in ledger.RUN_SINGLE_FILES]
     stale += temporary_files(output)
     filesystem.delete_existing(stale)
 
@@ -87,7 +87,7 @@ def _not_done(settings, output) -> list[str]:
         return []
     fingerprint = settings.fingerprint()
     return [f.path for f in files
-            if not watch_records.is_done(watch_records.read_record(output, f.output), fingerprint, f.record())]
+            if not ledger.is_done(ledger.read_entry(output, f.output), fingerprint, f.entry())]
 
 
 class StopOnSignal:
@@ -111,7 +111,7 @@ class StopOnSignal:
             raise KeyboardInterrupt
         self.requested = True
         os.write(2, b"relabel watch: stopping after the file in progress (Ctrl-C again to interrupt now)\n")
-        output_files.write_bytes_atomically(b"", watch_records.records_dir(self._output), watch_records.STOP_NAME)
+        output_files.write_bytes_atomically(b"", ledger.entries_dir(self._output), ledger.STOP_NAME)
 
     def __exit__(self, *exc):
         for sig, handler in self._previous.items():

@@ -17,7 +17,7 @@ from rollout_relabel.transforms.lib.errors import BadFile, UsageError
 from rollout_relabel.transforms.lib.io.dump_samples import samples_to_table
 from rollout_relabel.transforms.lib.labeling.relabel_table import MEMORY_SOURCE, no_training_rows, relabel_table
 from rollout_relabel.transforms.lib.output.dead_letters import file_dead_letter
-from rollout_relabel.transforms.lib.output.records import BatchCounts
+from rollout_relabel.transforms.lib.output.stage_outputs import BatchCounts
 from rollout_relabel.transforms.lib.worker.device import resolve_device
 
 
@@ -58,11 +58,11 @@ def relabel(rows: pa.Table | list[dict], *, prompt_group_sizes: list[int] | None
 
     rows: a pyarrow Table in the input schema (`relabel schema`; other columns pass through),
         or a list of sample dicts (slime / miles `Sample.to_dict()`).
-    options: the labeling options of `relabel run`, by their names with underscores: semantics,
-        estimator, std_normalization, rewards_normalization, reward_key, mainstream,
-        drop_uniform_groups, n_samples_per_prompt, rollout_batch_size, and the input's layout: columns
-        (["reward=score", "group_index=uid"], as --column), reward_keys, baseline_column, group_key.
-        Those not given keep the CLI's defaults.
+    options: every labeling option of `relabel run`, by its name with underscores: semantics,
+        estimator, std_normalization, rewards_normalization, mainstream, n_samples_per_prompt,
+        rollout_batch_size, singleton_groups, reward_key, reward_keys, reward_weights, baseline_column,
+        drop_uniform_groups, and the input's layout: columns (["reward=score", "group_index=uid"], as
+        --column), batch_from, group_key. Those not given keep the CLI's defaults.
     prompt_group_sizes: the rows' group sizes, as a dump's metadata gives them; rows of one batch only.
     device: where the numeric core runs: "cpu" (numpy), "cuda" (torch) or "auto".
 

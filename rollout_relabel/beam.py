@@ -27,7 +27,7 @@ from rollout_relabel import options as checked
 from rollout_relabel.transforms import relabel_groups
 from rollout_relabel.transforms.assemble_groups import AssembleGroups
 from rollout_relabel.transforms.lib.errors import UsageError
-from rollout_relabel.transforms.lib.output.records import DEAD, FILTERED, TRAINING
+from rollout_relabel.transforms.lib.output.stage_outputs import DEAD, FILTERED, TRAINING
 from rollout_relabel.transforms.relabel_tables import RelabelTables
 
 __all__ = ["RelabelRollouts", "RelabelGroups", "AssembleGroups", "RelabelOutputs", "UsageError"]

@@ -13,9 +13,9 @@ import typing
 from rollout_relabel.transforms.core.config import CoreConfig
 from rollout_relabel.transforms.lib.errors import UsageError
 from rollout_relabel.transforms.lib.labeling.settings import Labeling
+from rollout_relabel.transforms.lib.worker.device import DEVICES
 
 OPTION_NAMES = Labeling.option_names()
-DEVICES = ("auto", "cpu", "cuda")
 
 
 def labeling(options: dict) -> Labeling:
@@ -30,6 +30,29 @@ def labeling(options: dict) -> Labeling:
         return Labeling.from_values(values)
     except ValueError as error:
         raise UsageError(str(error)) from error
+
+
+def from_text(name: str, text: str):
+    """An option's value from text (an environment variable): by the option's type. true/false (1/0,
+    yes/no, on/off) for a flag, a number, a comma-separated list for a tuple, "none" for None where the
+    option may be None. UsageError naming the option otherwise."""
+    hint = _type_hints()[name]
+    kinds = typing.get_args(hint) or (hint,)
+    kind = next(k for k in kinds if k is not type(None))
+    text = text.strip()
+    if type(None) in kinds and text.lower() in ("", "none"):
+        return None
+    try:
+        if kind is bool:
+            return {"1": True, "true": True, "yes": True, "on": True,
+                    "0": False, "false": False, "no": False, "off": False}[text.lower()]
+        if typing.get_origin(kind) is tuple:
+            item = typing.get_args(kind)[0]
+            return tuple(item(part.strip()) for part in text.split(","))
+        return kind(text)
+    except (KeyError, ValueError):
+        expected = "true or false" if kind is bool else getattr(kind, "__name__", str(kind))
+        raise UsageError(f"option {name}: {text!r} is not {expected}") from None
 
 
 def device(requested: str) -> str:

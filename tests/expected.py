@@ -36,7 +36,7 @@ def reward_of(sample, reward_key):
 
 
 def expected_outputs(paths: list[str], config, reward_key=None) -> dict[str, list]:
-    """path -> list of (row position, RowResult), batches as SEMANTICS.md defines them."""
+    """path -> list of (row position, RowResult), batches as docs/semantics.md defines them."""
     batches: dict[str, list] = {}
     sizes: dict[str, list | None] = {}
     for path in sorted(paths):

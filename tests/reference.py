@@ -1,6 +1,6 @@
 """An independent, plain-Python oracle of the numeric core.
 
-Written straight from /work/shared/SEMANTICS.md plus the project's decisions
+Written straight from docs/semantics.md plus the project's decisions
 where that file is silent (listed in the docstring of ``reference_relabel``).
 No torch, no numpy, no project code except the config dataclass and the
 reason-code strings. Loops everywhere: clarity over speed.
@@ -15,12 +15,12 @@ from rollout_relabel.transforms.core.config import CoreConfig
 from rollout_relabel.transforms.core.reasons import REASONS
 
 # The contract's rules, written out here rather than imported from the core (the oracle names its own rules).
-# SEMANTICS.md, "Estimators": centre, then divide by (std + 1e-6) when std normalization is on
+# docs/semantics.md, "Estimators": centre, then divide by (std + 1e-6) when std normalization is on
 STD_ESTIMATORS = ("grpo", "gspo", "cispo")
 CENTRE_ONLY_ESTIMATORS = ("reinforce_plus_plus_baseline", "dr_grpo")  # centre only, std flag ignored
 RLOO = "rloo"
 STD_EPS = 1e-6
-# SEMANTICS.md, "Semantics": every row is its own unit (no rollout dedup)
+# docs/semantics.md, "Semantics": every row is its own unit (no rollout dedup)
 ROW_UNIT_SEMANTICS = ("legacy-reshape", "group-index")
 # Version 2 of the contract, "Estimators from the wider field"
 WIDER_FIELD = ("grpo_passk", "opo", "gpg", "remax", "gdpo")
@@ -452,7 +452,7 @@ def reference_relabel(batches: list[Batch], config: CoreConfig,
                       drop_uniform_groups: bool = False) -> list[list[RowResult]]:
     """Relabel each batch independently (a prompt group never spans batches).
 
-    Decisions where SEMANTICS.md is silent:
+    Decisions where docs/semantics.md is silent:
     - batch-level problems (partial-group-index, missing-n-samples-per-prompt,
       batch-size-not-multiple, group-sizes-mismatch) dead-letter every row of
       the batch; legacy-reshape slices only when n and rollout_batch_size are
@@ -467,7 +467,7 @@ def reference_relabel(batches: list[Batch], config: CoreConfig,
     - pass-through estimators give each row its own reward;
     - advantages are rounded to float32, and any non-finite one kills the group.
 
-    Version 2 (SEMANTICS.md, "Estimators from the wider field"), where that text is silent:
+    Version 2 (docs/estimators.md), where that text is silent:
     - remax ignores --singleton-groups (no group statistics) and, like every estimator there, gives a
       uniform group 0; only a unit's mainstream baseline counts (missing-baseline);
     - gpg's B counts the units of groups without bad input found before any advantage (filtered

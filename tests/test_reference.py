@@ -1,4 +1,4 @@
-"""Checks of the plain-Python oracle itself, from SEMANTICS.md's worked examples and rules."""
+"""Checks of the plain-Python oracle itself, from docs/semantics.md's worked examples and rules."""
 from __future__ import annotations
 
 import math
@@ -339,7 +339,7 @@ def gdpo_batch():
 
 
 @pytest.mark.parametrize("weights,expected", [
-    (None, [-0.221404, -1.549826, 1.107019]),          # SEMANTICS.md's worked example
+    (None, [-0.221404, -1.549826, 1.107019]),          # docs/semantics.md's worked example
     ((2.0, -1.0), [0.816497, -1.632993, -0.408248]),
 ])
 def test_gdpo_worked_example(weights, expected):

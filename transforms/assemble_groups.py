@@ -29,7 +29,8 @@ from apache_beam.transforms.userstate import BagStateSpec, ReadModifyWriteStateS
 from apache_beam.utils.timestamp import Duration
 
 from rollout_relabel import schemas
-from rollout_relabel.transforms.lib.output.records import DEAD, GROUPS
+from rollout_relabel.transforms.core.reasons import Reason
+from rollout_relabel.transforms.lib.output.stage_outputs import DEAD, GROUPS
 
 STREAM_SOURCE = "stream"
 
@@ -54,7 +55,7 @@ def canonical_order(rows: list[dict]) -> list[dict]:
     return sorted(rows, key=key)
 
 
-def dead_records(key, rows: list[dict], reason: str, message: str):
+def dead_rows_table(key, rows: list[dict], reason: str, message: str):
     """DEAD_LETTERS rows, one per message; `row` is the position in the group's canonical order."""
     import pyarrow as pa
 
@@ -88,7 +89,7 @@ class CollectGroupFn(beam.DoFn):
         key, (kind, value) = element
         if closed.read() is not None:
             if kind == "row":
-                yield pvalue.TaggedOutput(DEAD, dead_records(key, [value], "incomplete-group",
+                yield pvalue.TaggedOutput(DEAD, dead_rows_table(key, [value], Reason.INCOMPLETE_GROUP,
                                                              f"a row arrived after the group was {closed.read()}"))
             return
         if not started.read():
@@ -96,7 +97,7 @@ class CollectGroupFn(beam.DoFn):
             deadline.set(timestamp + self._timeout)
         if kind == "expect":
             if expected.read() is not None and expected.read() != value:
-                yield from self._close(key, rows, count, closed, deadline, timestamp, "group-sizes-mismatch",
+                yield from self._close(key, rows, count, closed, deadline, timestamp, Reason.GROUP_SIZES_MISMATCH,
                                        f"declared sizes disagree ({expected.read()} and {value} rows)")
                 return
             expected.write(value)
@@ -107,7 +108,7 @@ class CollectGroupFn(beam.DoFn):
         if want is None or have < want:
             return
         if have > want:
-            yield from self._close(key, rows, count, closed, deadline, timestamp, "group-sizes-mismatch",
+            yield from self._close(key, rows, count, closed, deadline, timestamp, Reason.GROUP_SIZES_MISMATCH,
                                    f"{have} rows arrived but the group's declared size is {want}")
             return
         yield key, canonical_order(list(rows.read()))
@@ -119,7 +120,7 @@ class CollectGroupFn(beam.DoFn):
     def _close(self, key, rows, count, closed, deadline, timestamp, reason, message):
         held = list(rows.read())
         if held:
-            yield pvalue.TaggedOutput(DEAD, dead_records(key, held, reason, message))
+            yield pvalue.TaggedOutput(DEAD, dead_rows_table(key, held, reason, message))
         rows.clear()
         count.clear()
         closed.write(f"dead-lettered ({reason})")
@@ -137,7 +138,7 @@ class CollectGroupFn(beam.DoFn):
         want = expected.read()
         have = count.read() or 0
         size = f"{have} of {want} rows" if want is not None else f"{have} rows (size never declared)"
-        yield from self._close(key, rows, count, closed, deadline, fired, "incomplete-group",
+        yield from self._close(key, rows, count, closed, deadline, fired, Reason.INCOMPLETE_GROUP,
                                f"{size} arrived within the {self._timeout.micros / 1e6:g} s timeout")
 
 

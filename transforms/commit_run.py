@@ -13,12 +13,12 @@ from rollout_relabel.transforms.lib.errors import RunStopped
 from rollout_relabel.transforms.lib.labeling.settings import RunSettings
 from rollout_relabel.transforms.lib.output import manifest as manifest_lib
 from rollout_relabel.transforms.lib.output import output_files
-from rollout_relabel.transforms.lib.output.dead_letters import sorted_records
+from rollout_relabel.transforms.lib.output.dead_letters import sorted_excluded
 from rollout_relabel.transforms.lib.output.output_dir import DEAD_LETTERS_NAME, FILTERED_NAME, part_bytes, stop_run
-from rollout_relabel.transforms.lib.output.output_files import write_records
-from rollout_relabel.transforms.lib.output.records import DEAD, FILTERED, RowRecords
+from rollout_relabel.transforms.lib.output.output_files import write_excluded
+from rollout_relabel.transforms.lib.output.stage_outputs import DEAD, FILTERED, ExcludedRows
 
-RECORD_FILES = {DEAD: DEAD_LETTERS_NAME, FILTERED: FILTERED_NAME}
+EXCLUDED_FILES = {DEAD: DEAD_LETTERS_NAME, FILTERED: FILTERED_NAME}
 
 
 class CommitRunFn(beam.DoFn):
@@ -28,11 +28,11 @@ class CommitRunFn(beam.DoFn):
     def process(self, items):
         settings = self._settings
         lineage = settings.lineage()
-        stats = [item for item in items if not isinstance(item, RowRecords)]
-        for kind, name in RECORD_FILES.items():
-            tables = [item.table for item in items if isinstance(item, RowRecords) and item.kind == kind]
+        stats = [item for item in items if not isinstance(item, ExcludedRows)]
+        for kind, name in EXCLUDED_FILES.items():
+            tables = [item.table for item in items if isinstance(item, ExcludedRows) and item.kind == kind]
             if tables:  # none at all: no file, and the manifest says "none"
-                stats.append(write_records(sorted_records(tables), settings.output, name, kind, lineage))
+                stats.append(write_excluded(sorted_excluded(tables), settings.output, name, kind, lineage))
         try:
             manifest = manifest_lib.build_manifest(lineage, settings.fingerprint(), self._inputs, stats,
                                                    settings.max_dead_fraction, part_bytes(settings.output))
@@ -43,7 +43,7 @@ class CommitRunFn(beam.DoFn):
 
 
 class CommitRun(beam.PTransform):
-    """PCollection[Stat | RowRecords] from every stage -> the manifest (also written to DIR/_manifest.json),
+    """PCollection[Stat | ExcludedRows] from every stage -> the manifest (also written to DIR/_manifest.json),
     after DIR/dead_letters.parquet and DIR/filtered.parquet when there are such records."""
 
     def __init__(self, settings: RunSettings, inputs: list[dict]):
@@ -54,4 +54,4 @@ class CommitRun(beam.PTransform):
         return (items
                 # every input file yields a stat, so no default is needed (it would cost a side input)
                 | "CollectStats" >> beam.CombineGlobally(CollectFn()).without_defaults()
-                | "WriteRecordsAndManifest" >> beam.ParDo(self._fn))
+                | "WriteExcludedAndManifest" >> beam.ParDo(self._fn))

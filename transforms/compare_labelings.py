@@ -21,7 +21,7 @@ from rollout_relabel.transforms.lib.labeling.file_group import Buckets, Unreadab
 from rollout_relabel.transforms.lib.labeling.settings import CompareSettings
 from rollout_relabel.transforms.lib.labeling.slim import slim_input_columns
 from rollout_relabel.transforms.lib.output import output_files
-from rollout_relabel.transforms.lib.output.records import BATCHES, FILES, GROUPS, POINTS
+from rollout_relabel.transforms.lib.output.stage_outputs import BATCHES, FILES, GROUPS, POINTS
 from rollout_relabel.transforms.lib.rescoring import rows, store
 from rollout_relabel.transforms.lib.rescoring.calls import Caller
 from rollout_relabel.transforms.lib.rescoring.rescore import rescore_file
@@ -51,23 +51,23 @@ class CompareFileGroupFn(CoreDoFn):
 
     def process(self, group):
         settings = self._settings
-        reward = settings.reward_fields()
-        columns = slim_input_columns(reward)
+        reward, stored = settings.read_labeling(), settings.stored_column()
+        columns = slim_input_columns(reward, stored)
         names = {r["path"]: r["name"] for r in group}
         buckets, buckets_a = Buckets(), Buckets()
         rows_read = 0
         # a verifier sees whole rows: then every column is read, once for both sides
         read_columns = None if self._callers else columns
         views = ((self._side_view("b"), self._side_view("a")) if self._callers else (None, None))
-        for item in read_slim(group, lambda record: read_table(record["path"], columns=read_columns), reward,
-                              *views):
+        for item in read_slim(group, lambda entry: read_table(entry["path"], columns=read_columns), reward,
+                              stored, *views):
             if isinstance(item, Unreadable):  # counted in the report under both labelings
-                yield pvalue.TaggedOutput(FILES, {"name": item.record["name"], "rows": 0, "reason": item.reason,
+                yield pvalue.TaggedOutput(FILES, {"name": item.entry["name"], "rows": 0, "reason": item.reason,
                                                   "message": item.message})
                 continue
             rows_read += item.table.num_rows
             counter("rows_in").inc(item.table.num_rows)
-            yield pvalue.TaggedOutput(FILES, {"name": item.record["name"], "rows": item.table.num_rows,
+            yield pvalue.TaggedOutput(FILES, {"name": item.entry["name"], "rows": item.table.num_rows,
                                               "reason": None, "message": None})
             buckets.add(item)
             if self._callers:
@@ -76,7 +76,7 @@ class CompareFileGroupFn(CoreDoFn):
         for batch_key, parts, sizes in buckets.in_order():
             result = compare_batch(batch_key, parts, sizes, settings.a, settings.b, names, self.device,
                                    parts_a=parts_a.get(batch_key) if self._callers else None)
-            yield result.record
+            yield result.counts
             for listed in result.groups:
                 yield pvalue.TaggedOutput(GROUPS, listed)
             for point in result.points:
@@ -86,15 +86,15 @@ class CompareFileGroupFn(CoreDoFn):
                                                 self._progress_dir, progress_name(group))
 
     def _side_view(self, side: str):
-        """(rows read, their record) -> the rows with this side's rewards (file_group.read_slim's view)."""
-        return lambda table, record: self._rescored(table, record, side)
+        """(rows read, their entry) -> the rows with this side's rewards (file_group.read_slim's view)."""
+        return lambda table, entry: self._rescored(table, entry, side)
 
-    def _rescored(self, table, record: dict, side: str):
+    def _rescored(self, table, entry: dict, side: str):
         """The table with this side's rewards: its verifier's (kept under the report's _rewards/), else stored."""
         chosen = getattr(self._settings, side)
         if side not in self._callers:
             return table
-        name = f"{record['name']}.{side}"
+        name = f"{entry['name']}.{side}"
         rescore_file(table, name, self._settings.report, chosen.rescoring, chosen.labeling, self._callers[side])
         answers = store.read_rows(self._settings.report, name)
         return rows.apply(table, answers.column("value").to_pylist(), answers.column("error").to_pylist(),
@@ -102,7 +102,7 @@ class CompareFileGroupFn(CoreDoFn):
 
 
 class CompareLabelings(beam.PTransform):
-    """PCollection[list of input records {path, name, ...}] -> batches (main) / groups / points / files."""
+    """PCollection[list of input entries {path, name, ...}] -> batches (main) / groups / points / files."""
 
     def __init__(self, settings: CompareSettings, progress_dir: str | None = None):
         super().__init__()

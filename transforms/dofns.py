@@ -18,7 +18,15 @@ from rollout_relabel.transforms.lib.labeling.label_batch import BatchResult
 from rollout_relabel.transforms.lib.output.dead_letters import file_dead_letter
 from rollout_relabel.transforms.lib.output.output_dir import stop_run
 from rollout_relabel.transforms.lib.output.part_files import FileOutcome
-from rollout_relabel.transforms.lib.output.records import COUNTERS, DEAD, FILES, FILTERED, STATS, BatchCounts, FileRead
+from rollout_relabel.transforms.lib.output.stage_outputs import (
+    COUNTERS,
+    DEAD,
+    FILES,
+    FILTERED,
+    STATS,
+    BatchCounts,
+    FileRead,
+)
 from rollout_relabel.transforms.lib.worker.device import resolve_device
 from rollout_relabel.transforms.metrics import counter
 

@@ -8,7 +8,7 @@ from rollout_relabel.transforms.dofns import CoreDoFn, count_batch, stop_on_dead
 from rollout_relabel.transforms.lib.labeling.label_batch import label_batch
 from rollout_relabel.transforms.lib.labeling.settings import RunSettings
 from rollout_relabel.transforms.lib.output.dead_letters import split_by_source
-from rollout_relabel.transforms.lib.output.records import COUNTERS, DEAD, FILTERED, RESULTS
+from rollout_relabel.transforms.lib.output.stage_outputs import COUNTERS, DEAD, FILTERED, RESULTS
 
 
 class GroupAdvantagesFn(CoreDoFn):

@@ -15,7 +15,7 @@ from rollout_relabel.transforms.dofns import outcome_outputs, tagged
 from rollout_relabel.transforms.lib.labeling.file_group import read_planned
 from rollout_relabel.transforms.lib.labeling.settings import RunSettings
 from rollout_relabel.transforms.lib.output import part_files
-from rollout_relabel.transforms.lib.output.records import DEAD, FILTERED, STATS
+from rollout_relabel.transforms.lib.output.stage_outputs import DEAD, FILTERED, STATS
 
 
 class WriteTrainingRowsFn(beam.DoFn):
@@ -25,15 +25,15 @@ class WriteTrainingRowsFn(beam.DoFn):
         self._lineage = settings.lineage()
 
     def process(self, element):
-        _, joined = element  # keyed by source for the join; the record names it
+        _, joined = element  # keyed by source for the join; the entry names it
         read = [f for f in joined["file"] if f.input is not None]  # unreadable: dead-lettered whole
         if not read:
             return
-        record = dict(read[0].input, rows_in=read[0].rows_in)
-        lineage = part_files.file_lineage(self._lineage, record, record["batch_inputs"])
-        complete = part_files.is_complete(self._output_dir, record["output"], lineage)
+        entry = dict(read[0].input, rows_in=read[0].rows_in)
+        lineage = part_files.file_lineage(self._lineage, entry, entry["batch_inputs"])
+        complete = part_files.is_complete(self._output_dir, entry["output"], lineage)
         outcome = part_files.finish_file(
-            record, lambda: read_planned(record, self._settings)[0],
+            entry, lambda: read_planned(entry, self._settings)[0],
             part_files.concat(joined["result"], schemas.RESULT),
             part_files.concat(joined["dead"], schemas.DEAD_LETTERS),
             part_files.concat(joined["filtered"], schemas.DEAD_LETTERS),

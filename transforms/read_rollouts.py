@@ -1,4 +1,4 @@
-"""ReadRollouts: input files -> slim per-batch tables keyed by batch, plus file records (the shuffle path)."""
+"""ReadRollouts: input files -> slim per-batch tables keyed by batch, plus file entries (the shuffle path)."""
 from __future__ import annotations
 
 import apache_beam as beam
@@ -7,35 +7,35 @@ from rollout_relabel.transforms.dofns import read_outputs, tagged, unreadable_ou
 from rollout_relabel.transforms.lib.labeling.file_group import Unreadable, read_planned, read_slim
 from rollout_relabel.transforms.lib.labeling.settings import RunSettings
 from rollout_relabel.transforms.lib.labeling.slim import slim_input_columns
-from rollout_relabel.transforms.lib.output.records import DEAD, FILES, SLIM, FileRead
+from rollout_relabel.transforms.lib.output.stage_outputs import DEAD, FILES, SLIM, FileRead
 
 
 class ReadSlimTablesFn(beam.DoFn):
-    """input record {path, output, size, mtime} -> (batch key, (source, slim table, prompt_group_sizes))."""
+    """input entry {path, output, size, mtime} -> (batch key, (source, slim table, prompt_group_sizes))."""
 
     def __init__(self, settings: RunSettings):
         self._settings = settings
 
-    def process(self, record):
+    def process(self, entry):
         # the outputs come from a helper: Beam's type inference would read a union of tagged and keyed
         # outputs from this body and refuse the keyed main output to GatherBatches
-        yield from tagged(self._outputs(record), main=SLIM)
+        yield from tagged(self._outputs(entry), main=SLIM)
 
-    def _outputs(self, record):
+    def _outputs(self, entry):
         settings = self._settings
-        reward = settings.labeling.reward_fields()
+        reward = settings.labeling
         columns = slim_input_columns(reward)
-        for item in read_slim([record], lambda r: read_planned(r, settings, columns=columns), reward):
+        for item in read_slim([entry], lambda r: read_planned(r, settings, columns=columns), reward):
             if isinstance(item, Unreadable):  # unreadable, or its batches cannot be decided (e.g. null `step`)
                 yield from unreadable_outputs(item, settings.fail_fast, settings.output)
                 continue
-            yield from read_outputs(FileRead(item.source, item.table.num_rows, input=record))
+            yield from read_outputs(FileRead(item.source, item.table.num_rows, input=entry))
             for batch_key, slim in item.parts:
                 yield SLIM, (batch_key, (item.source, slim, item.prompt_group_sizes))
 
 
 class ReadRollouts(beam.PTransform):
-    """PCollection[input record] -> tagged outputs slim (main) / files / dead."""
+    """PCollection[input entry] -> tagged outputs slim (main) / files / dead."""
 
     def __init__(self, settings: RunSettings):
         super().__init__()

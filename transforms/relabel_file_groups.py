@@ -18,7 +18,7 @@ import apache_beam as beam
 from rollout_relabel.transforms.dofns import CoreDoFn, file_group_outputs, tagged
 from rollout_relabel.transforms.lib.labeling.file_group import relabel_file_group
 from rollout_relabel.transforms.lib.labeling.settings import RunSettings
-from rollout_relabel.transforms.lib.output.records import COUNTERS, DEAD, FILES, FILTERED, STATS
+from rollout_relabel.transforms.lib.output.stage_outputs import COUNTERS, DEAD, FILES, FILTERED, STATS
 
 
 class RelabelFileGroupFn(CoreDoFn):
@@ -36,12 +36,12 @@ class RelabelFileGroupFn(CoreDoFn):
 
 
 class RelabelFileGroups(beam.PTransform):
-    """PCollection[list of input records] -> stats (main) / files / dead / filtered / counters."""
+    """PCollection[list of input entries] -> stats (main) / files / dead / filtered / counters."""
 
     def __init__(self, settings: RunSettings):
         super().__init__()
         self._fn = RelabelFileGroupFn(settings)
 
-    def expand(self, records):
-        return records | "RelabelEachGroup" >> beam.ParDo(self._fn).with_outputs(
+    def expand(self, entries):
+        return entries | "RelabelEachGroup" >> beam.ParDo(self._fn).with_outputs(
             FILES, DEAD, FILTERED, COUNTERS, main=STATS)

@@ -19,7 +19,7 @@ from rollout_relabel.transforms.lib.labeling.settings import Labeling
 from rollout_relabel.transforms.lib.labeling.slim import extract_slim
 from rollout_relabel.transforms.lib.labeling.training_rows import training_rows
 from rollout_relabel.transforms.lib.output.dead_letters import with_row_json
-from rollout_relabel.transforms.lib.output.records import DEAD, FILTERED, TRAINING
+from rollout_relabel.transforms.lib.output.stage_outputs import DEAD, FILTERED, TRAINING
 
 GROUP_SEMANTICS = ("rollout-mainstream", "rollout-shared", "group-index")
 
@@ -29,7 +29,7 @@ def relabel_group(key, group_rows: list[dict], labeling: Labeling, device: str):
     batch, group = key
     table = pa.Table.from_pylist(group_rows)
     source = f"{STREAM_SOURCE}:step={batch}:group={group}"
-    (_, slim), = extract_slim(table, source, labeling.reward_fields())
+    (_, slim), = extract_slim(table, source, labeling)
     result = label_batch(f"step={batch}", [(source, slim)], None, labeling, device)
     dead = with_row_json(result.dead, table) if result.dead.num_rows else result.dead
     filtered = with_row_json(result.filtered, table) if result.filtered.num_rows else result.filtered

@@ -4,8 +4,8 @@ The work is file_group.relabel_file_group's, with the outputs RelabelFileGroups
 makes of it (the same functions write the same bytes as `relabel run`),
 collected here instead of emitted; this stage adds what a stream needs: each input's dead
 letters and filtered rows in their own file (dead_letters/<part name>,
-filtered/<part name>), a per-input record (_watch/<part stem>.json, written
-last: the input is done), and the manifest rewritten from the records after
+filtered/<part name>), a per-input ledger entry (_watch/<part stem>.json, written
+last: the input is done), and the manifest rewritten from the entries after
 every group. A stop request (Ctrl-C) is honoured between groups: a group not
 started is left for the next watch.
 """
@@ -17,15 +17,16 @@ import json
 import apache_beam as beam
 import pyarrow as pa
 
+from rollout_relabel.transforms.core.reasons import Reason
 from rollout_relabel.transforms.dofns import CoreDoFn, file_group_outputs
 from rollout_relabel.transforms.lib.io import filesystem
 from rollout_relabel.transforms.lib.io.inputs import InputFile
 from rollout_relabel.transforms.lib.io.plan import step_range
 from rollout_relabel.transforms.lib.labeling.file_group import relabel_file_group
 from rollout_relabel.transforms.lib.labeling.settings import RunSettings
-from rollout_relabel.transforms.lib.output.dead_letters import file_dead_letter, sorted_records, split_by_source
-from rollout_relabel.transforms.lib.output.output_files import write_records
-from rollout_relabel.transforms.lib.output.records import (
+from rollout_relabel.transforms.lib.output.dead_letters import file_dead_letter, sorted_excluded, split_by_source
+from rollout_relabel.transforms.lib.output.output_files import write_excluded
+from rollout_relabel.transforms.lib.output.stage_outputs import (
     COUNTERS,
     DEAD,
     FILES,
@@ -35,11 +36,11 @@ from rollout_relabel.transforms.lib.output.records import (
     FileWritten,
     stat_to_dict,
 )
-from rollout_relabel.transforms.lib.watch import ledger as watch_records
+from rollout_relabel.transforms.lib.watch import ledger as ledger
 from rollout_relabel.transforms.metrics import counter
 from rollout_relabel.transforms.rescore_rollouts import RescoreFn
 
-LATE_REASON = "late-batch-file"
+LATE_REASON = Reason.LATE_BATCH_FILE
 
 
 def no_outputs() -> dict:
@@ -81,7 +82,7 @@ class RelabelLandedFn(CoreDoFn):
     def process(self, release_json):
         release = json.loads(release_json)
         files = release["files"]
-        if watch_records.stop_requested(self._output_dir):
+        if ledger.stop_requested(self._output_dir):
             counter("files_left_for_restart").inc(len(files))
             return
         if release["late"]:
@@ -97,22 +98,22 @@ class RelabelLandedFn(CoreDoFn):
             by_tag = self._relabel(rescored)
         dead, filtered = by_source(by_tag[DEAD]), by_source(by_tag[FILTERED])
         for position, f in enumerate(files):
-            record = self._record(f, files, by_tag, dead.get(f["path"]), filtered.get(f["path"]),
-                                  first=position == 0)
-            watch_records.write_record(self._output_dir, record)
+            entry = self._entry(f, files, by_tag, dead.get(f["path"]), filtered.get(f["path"]),
+                                first=position == 0)
+            ledger.write_entry(self._output_dir, entry)
             counter("files_done").inc()
             yield {"path": f["path"], "output": f["output"], "rows_out": sum(
                 s.rows_out for s in by_tag[STATS] if isinstance(s, FileWritten) and s.source == f["path"])}
-        watch_records.write_watch_manifest(self._output_dir, self._lineage, self._fingerprint, "running")
+        ledger.write_watch_manifest(self._output_dir, self._lineage, self._fingerprint, "running")
 
-    def _record(self, item: dict, group: list[dict], by_tag: dict, dead, filtered, first: bool) -> dict:
+    def _entry(self, item: dict, group: list[dict], by_tag: dict, dead, filtered, first: bool) -> dict:
         source = item["path"]
         stats = [read for s, read in by_tag[FILES] if s == source]
         stats += [s for s in by_tag[STATS] if s.source == source]
         if first:  # a batch may span the group's files: its counters go with the first one
             stats += by_tag[COUNTERS]
-        dead = self._write_records(item, dead, watch_records.DEAD_LETTERS_DIR, DEAD)
-        filtered = self._write_records(item, filtered, watch_records.FILTERED_DIR, FILTERED)
+        dead = self._write_excluded(item, dead, ledger.DEAD_LETTERS_DIR, DEAD)
+        filtered = self._write_excluded(item, filtered, ledger.FILTERED_DIR, FILTERED)
         steps = (step_range(InputFile(source, item["output"], item["size"], item["mtime"]), self._step_column,
                               self._max_bytes)
                  if self._step_column is not None else None)
@@ -120,11 +121,11 @@ class RelabelLandedFn(CoreDoFn):
                 "group": [f["output"] for f in group], "stats": [stat_to_dict(s) for s in stats],
                 "dead": stat_to_dict(dead), "filtered": stat_to_dict(filtered)}
 
-    def _write_records(self, item, mine, directory, kind):
+    def _write_excluded(self, item, mine, directory, kind):
         """This input's records (a table, or None), sorted as `relabel run` sorts them, in directory/<part name>."""
-        table = sorted_records([mine] if mine is not None else [])
+        table = sorted_excluded([mine] if mine is not None else [])
         target = filesystem.join(self._output_dir, directory)
-        summary = write_records(table, target, item["output"], kind, self._lineage)
+        summary = write_excluded(table, target, item["output"], kind, self._lineage)
         if not table.num_rows:  # the input changed since it was last relabelled
             filesystem.delete_existing([filesystem.join(target, item["output"])])
         return summary

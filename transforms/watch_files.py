@@ -26,7 +26,7 @@ from rollout_relabel.transforms.lib.io import filesystem
 from rollout_relabel.transforms.lib.io.inputs import InputFile, expand_inputs
 from rollout_relabel.transforms.lib.io.plan import step_range
 from rollout_relabel.transforms.lib.labeling.settings import RunSettings, WatchSettings
-from rollout_relabel.transforms.lib.watch import ledger as watch_records
+from rollout_relabel.transforms.lib.watch import ledger
 from rollout_relabel.transforms.lib.watch.landing import DONE_SUFFIX, SUCCESS_NAME, Landing, Seen
 
 
@@ -63,7 +63,7 @@ class PollLandedFiles(PollFn):
             self._landing = Landing(require_marker=self._require_marker, step_per_file=self._step_per_file,
                                     batch_from=self._batch_from)
             self._last_activity = now
-        if watch_records.stop_requested(self._output_dir):
+        if ledger.stop_requested(self._output_dir):
             return PollResult.complete(())
         listing = self._list()
         releases = self._landing.observe(listing, self._is_done, self._step_range)
@@ -108,8 +108,8 @@ class PollLandedFiles(PollFn):
         return listing
 
     def _is_done(self, seen: Seen):
-        record = watch_records.read_record(self._output_dir, seen.output)
-        if watch_records.is_done(record, self._fingerprint, seen.record()) and self._group_done(record):
+        record = ledger.read_entry(self._output_dir, seen.output)
+        if ledger.is_done(record, self._fingerprint, seen.entry()) and self._group_done(record):
             steps = record.get("steps")
             return True, tuple(steps) if steps else None
         return False, None
@@ -118,7 +118,7 @@ class PollLandedFiles(PollFn):
         """Files relabelled together are done together: a watch stopped between their records redoes the group
         (complete part files are kept), rather than taking the rest of its step for late files."""
         for output in record.get("group") or ():
-            member = watch_records.read_record(self._output_dir, output)
+            member = ledger.read_entry(self._output_dir, output)
             same = member is not None and member.get("fingerprint") == self._fingerprint
             if not same or member.get("group") != record["group"]:
                 return False

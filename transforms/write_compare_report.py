@@ -12,7 +12,7 @@ import apache_beam as beam
 
 from rollout_relabel.transforms.lib.compare import batches as compare_batches
 from rollout_relabel.transforms.lib.compare import report as compare_report
-from rollout_relabel.transforms.lib.output.records import BATCHES, FILES, GROUPS, POINTS
+from rollout_relabel.transforms.lib.output.stage_outputs import BATCHES, FILES, GROUPS, POINTS
 
 
 class SummarizeFn(beam.CombineFn):

@@ -11,35 +11,67 @@ what it logs. The hook runs the numeric core of `relabel run` on the samples,
 so `rewards` equals the `advantage` column `relabel run` writes for the same
 samples saved as a dump (docs/training.md says where the two can differ).
 
-Options come from the trainer's args where it has them (advantage_estimator,
-rewards_normalization, grpo_std_normalization, n_samples_per_prompt,
-rollout_batch_size, reward_key) and from the environment for the project's own:
-
-    ROLLOUT_RELABEL_SEMANTICS        legacy-reshape | group-index | rollout-mainstream (default) | rollout-shared
-    ROLLOUT_RELABEL_MAINSTREAM       most-trainable | last | shared (rollout semantics; default: the semantics')
-    ROLLOUT_RELABEL_ESTIMATOR        overrides args.advantage_estimator for the rewards (e.g. dr_grpo, rloo)
-    ROLLOUT_RELABEL_ZERO_BAD_GROUPS  1: a bad prompt group gets rewards 0 (counted in a warning) instead of
-                                     raising BadRollouts
+Every labeling option of `relabel run` (the fields of Labeling and the core's
+CoreConfig) can be set for a hook. Each has an environment variable, its name
+upper-cased after ROLLOUT_RELABEL_ (ROLLOUT_RELABEL_SEMANTICS,
+ROLLOUT_RELABEL_SINGLETON_GROUPS, ...); Ray passes them to the rollout actors.
+Where the trainer has an arg for the option (TRAINER_ARGS) the hook reads it,
+unless the variable is set, which wins. ROLLOUT_RELABEL_ZERO_BAD_GROUPS=1 is
+the hook's own: a bad prompt group gets rewards 0 (counted in a warning)
+instead of raising BadRollouts. Any other ROLLOUT_RELABEL_* variable is an
+error naming it, so a misspelt option is never silently ignored; so is an
+option a hook cannot apply (HOOK_REFUSES says why).
 
 Imports numpy and the project's numeric core only: no Beam, no pyarrow.
 """
 from __future__ import annotations
 
 import logging
+import numbers
 import os
 
 import numpy as np
 
+from rollout_relabel import options
 from rollout_relabel.transforms.core.advantages import compute_advantages
 from rollout_relabel.transforms.core.config import CoreConfig
 from rollout_relabel.transforms.core.reasons import REASONS
 from rollout_relabel.transforms.lib.hooks.sample_core import rows_from_samples
 from rollout_relabel.transforms.lib.labeling.dead_messages import BatchRows, dead_messages
+from rollout_relabel.transforms.lib.labeling.settings import Labeling
+from rollout_relabel.transforms.lib.worker.faults import ENV, FAIL_ENV, PAUSE_ENV
 
-SEMANTICS_ENV = "ROLLOUT_RELABEL_SEMANTICS"
-MAINSTREAM_ENV = "ROLLOUT_RELABEL_MAINSTREAM"
-ESTIMATOR_ENV = "ROLLOUT_RELABEL_ESTIMATOR"
-ZERO_BAD_GROUPS_ENV = "ROLLOUT_RELABEL_ZERO_BAD_GROUPS"
+PREFIX = "ROLLOUT_RELABEL_"
+ZERO_BAD_GROUPS_ENV = PREFIX + "ZERO_BAD_GROUPS"
+# The labeling options slime's and miles' args hold, under the trainers' names (slime/utils/arguments.py,
+# THUDM/slime@624b824a; miles/utils/arguments.py, radixark/miles@31f1ca96).
+TRAINER_ARGS = {
+    "estimator": "advantage_estimator",
+    "std_normalization": "grpo_std_normalization",
+    "rewards_normalization": "rewards_normalization",
+    "n_samples_per_prompt": "n_samples_per_prompt",
+    "rollout_batch_size": "rollout_batch_size",
+    "reward_key": "reward_key",
+}
+# Options that describe a stored file's layout or what a run writes, which a trainer's live Sample objects
+# do not have (or, for the baseline, a dotted path the hook does not read): set to anything but their
+# default, the hook refuses them rather than ignore them.
+HOOK_REFUSES = {
+    "baseline_column": "a hook reads no baseline column (remax needs a stored dump)",
+    "columns": "a Sample's fields have fixed names",
+    "batch_from": "a hook's step is one batch",
+    "group_key": "a Sample's group_index is an integer",
+    "drop_uniform_groups": "a hook cannot drop samples from the trainer's step",
+}
+# The project's test-only fault injection (transforms/lib/worker/faults.py) reads these; not options.
+NOT_OPTIONS = (ENV, FAIL_ENV, PAUSE_ENV)
+
+
+def env_name(option: str) -> str:
+    """The environment variable that sets a labeling option for the hooks."""
+    return PREFIX + option.upper()
+
+
 # the source a dead-letter message names: `relabel run` names the dump's path, the hook has none
 SOURCE = "<samples>"
 BATCH = f"file={SOURCE}"
@@ -49,51 +81,78 @@ log = logging.getLogger("rollout_relabel.hooks")
 
 class BadRollouts(ValueError):
     """Samples `relabel run` would dead-letter. str(): the message it writes for the first bad row;
-    reason: its reason code; records: (row, reason, message) for every row that would be dead-lettered."""
+    reason: its reason code; rows: (row, reason, message) for every row that would be dead-lettered."""
 
-    def __init__(self, records: list[tuple[int, str, str]]):
-        row, reason, message = records[0]
-        groups = "" if len(records) == 1 else f" (and {len(records) - 1} more row(s) of this step)"
+    def __init__(self, rows: list[tuple[int, str, str]]):
+        row, reason, message = rows[0]
+        groups = "" if len(rows) == 1 else f" (and {len(rows) - 1} more row(s) of this step)"
         super().__init__(message + groups)
-        self.reason, self.message, self.records = reason, message, records
+        self.reason, self.message, self.rows = reason, message, rows
+
+
+def labeling_from(args, environ=None) -> Labeling:
+    """Every labeling option: a ROLLOUT_RELABEL_<OPTION> variable when set, else the trainer's arg when it
+    has one, else the option's default. ValueError naming an unknown ROLLOUT_RELABEL_* variable, a bad
+    value, or an option a hook cannot apply."""
+    environ = os.environ if environ is None else environ
+    names = {env_name(name): name for name in options.OPTION_NAMES}
+    unknown = sorted(k for k in environ
+                     if k.startswith(PREFIX) and k not in names and k != ZERO_BAD_GROUPS_ENV and k not in NOT_OPTIONS)
+    if unknown:
+        raise ValueError(f"rollout_relabel hook: unknown variable(s) {', '.join(unknown)}; the hooks read "
+                         f"{', '.join(sorted(names))} and {ZERO_BAD_GROUPS_ENV}")
+    values = {}
+    for variable, name in names.items():
+        text = environ.get(variable, "")
+        if text:
+            try:
+                values[name] = options.from_text(name, text)
+            except ValueError as error:
+                raise ValueError(f"rollout_relabel hook: {variable}: {error}") from error
+        elif name in TRAINER_ARGS and getattr(args, TRAINER_ARGS[name], None) is not None:
+            value = getattr(args, TRAINER_ARGS[name])
+            values[name] = bool(value) if isinstance(value, (bool, np.bool_)) else value
+    try:
+        labeling = options.labeling(values)
+    except ValueError as error:
+        raise ValueError(f"rollout_relabel hook: {error} (from the trainer's args and the {PREFIX}* "
+                         "variables)") from error
+    defaults = Labeling().values()
+    refused = [f"{name} ({env_name(name)}): {why}" for name, why in HOOK_REFUSES.items()
+               if labeling.values()[name] != defaults[name]]
+    if refused:
+        raise ValueError("rollout_relabel hook: option(s) a hook cannot apply: " + "; ".join(refused))
+    return labeling
 
 
 def config_from(args) -> CoreConfig:
     """The core's options from the trainer's args and the ROLLOUT_RELABEL_* variables."""
-    try:
-        return CoreConfig(
-            semantics=os.environ.get(SEMANTICS_ENV) or "rollout-mainstream",
-            estimator=os.environ.get(ESTIMATOR_ENV) or getattr(args, "advantage_estimator", "grpo"),
-            std_normalization=bool(getattr(args, "grpo_std_normalization", True)),
-            rewards_normalization=bool(getattr(args, "rewards_normalization", True)),
-            mainstream=os.environ.get(MAINSTREAM_ENV) or None,
-            n_samples_per_prompt=getattr(args, "n_samples_per_prompt", None),
-            rollout_batch_size=getattr(args, "rollout_batch_size", None),
-        )
-    except ValueError as error:
-        raise ValueError(f"rollout_relabel hook: {error} (from args and {SEMANTICS_ENV} / {MAINSTREAM_ENV} / "
-                         f"{ESTIMATOR_ENV})") from error
+    return labeling_from(args).core
 
 
 def relabel_rewards(args, samples) -> tuple[list, list[float]]:
     """(raw_rewards, rewards) for one step's samples: the project's advantages as the rewards."""
-    config = config_from(args)
-    rows = rows_from_samples(samples, getattr(args, "reward_key", None))
+    labeling = labeling_from(args)
+    config = labeling.core
+    rows = rows_from_samples(samples, labeling.reward_key, config.reward_keys, config.reward_weights)
     out = compute_advantages(rows.core, config)
     advantage = out.advantage
     dead = np.flatnonzero(out.problem != 0)
     if dead.size:
-        records = _records(rows, out, dead, config)
+        dead_rows = _dead_rows(rows, out, dead, config)
         if os.environ.get(ZERO_BAD_GROUPS_ENV, "") not in ("1", "true", "yes"):
-            raise BadRollouts(records)
+            raise BadRollouts(dead_rows)
         advantage = advantage.copy()
         advantage[dead] = 0.0
         reasons = {}
-        for _, reason, _ in records:
+        for _, reason, _ in dead_rows:
             reasons[reason] = reasons.get(reason, 0) + 1
         log.warning("rollout_relabel: %d of %d samples (%d prompt groups) had bad input and get reward 0 "
                     "(%s=1): %s", dead.size, len(samples), len(np.unique(out.prompt_group[dead])),
                     ZERO_BAD_GROUPS_ENV, ", ".join(f"{k}: {v}" for k, v in sorted(reasons.items())))
+    if config.reward_keys is not None:  # the reward is a dict: log the value the advantages came from
+        return rows.reward.tolist(), advantage.tolist()
+    if dead.size:
         bad = set(dead.tolist())
         raw = [_raw_value(s, args) if i in bad else s.get_reward_value(args) for i, s in enumerate(samples)]
     else:
@@ -101,7 +160,7 @@ def relabel_rewards(args, samples) -> tuple[list, list[float]]:
     return raw, advantage.tolist()
 
 
-def _records(rows, out, dead, config) -> list[tuple[int, str, str]]:
+def _dead_rows(rows, out, dead, config) -> list[tuple[int, str, str]]:
     core = rows.core
     keys = [int(k) if has else None for k, has in zip(core.rollout_key.tolist(), core.has_rollout_key.tolist())]
     positions = np.arange(core.num_rows)
@@ -117,4 +176,4 @@ def _raw_value(sample, args):
         value = sample.get_reward_value(args)
     except Exception:  # noqa: BLE001 - a reward without the key, or no reward at all
         return 0.0
-    return value if isinstance(value, (int, float)) and not isinstance(value, bool) else 0.0
+    return value if isinstance(value, numbers.Real) and not isinstance(value, (bool, np.bool_)) else 0.0

@@ -118,3 +118,13 @@ def test_the_process_edge_shows_the_traceback_on_request(capsys, monkeypatch):
 
     with pytest.raises(RuntimeError, match="a bug"):
         at_the_edge("run", work)
+
+
+@pytest.mark.parametrize("command", ["run", "compare"])
+def test_no_rollout_files_names_every_suffix_read(tmp_path, command):
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "notes.txt").write_text("not a rollout")
+    extra = ("--output", tmp_path / "out") if command == "run" else (
+        "--a", "group-index", "--b", "rollout-mainstream", "--report", tmp_path / "report")
+    proc = run_cli(command, "--input", tmp_path / "in", *extra, check_codes=(2,))
+    assert "no rollout files (.pt, .pth, .parquet, .pq, .jsonl, .jsonl.gz) found under" in proc.stderr

@@ -6,42 +6,12 @@ wheel and sees this venv's dependencies through a plain path entry (so the edita
 hook, which would fall back to the source tree, is never loaded), from a directory outside the repo.
 """
 import os
-import shutil
 import socket
 import subprocess
-import sys
-import sysconfig
 import time
 
-import pytest
-
 from rollout_relabel.pipeline.generate import RunSpec, write_parquet_run, write_pt_run
-from tests.conftest import ROOT, run_cli
-
-SOURCES = ("pyproject.toml", "README.md", "pipeline", "transforms", "schemas", "rollout_relabel")
-
-
-@pytest.fixture(scope="module")
-def installed(tmp_path_factory):
-    """A venv with the project's wheel installed and nothing of the source tree reachable."""
-    work = tmp_path_factory.mktemp("installed")
-    source = work / "src"
-    source.mkdir()
-    for name in SOURCES:
-        copy = shutil.copytree if os.path.isdir(os.path.join(ROOT, name)) else shutil.copy
-        copy(os.path.join(ROOT, name), source / name)
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation",
-                    "-w", work / "wheel", source], check=True, capture_output=True)
-    venv = work / "venv"
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", venv], check=True)
-    site = next((venv / "lib").glob("python3*/site-packages"))
-    (site / "dependencies.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
-    wheel = next((work / "wheel").glob("rollout_relabel-*.whl"))
-    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--target", site, wheel],
-                   check=True, capture_output=True)
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
-    env["PATH"] = f"{venv / 'bin'}{os.pathsep}{env.get('PATH', '')}"  # workers start as `python`
-    return venv / "bin" / "python", env, site, work
+from tests.conftest import run_cli
 
 
 def test_the_venv_imports_the_wheel_not_the_source_tree(installed):

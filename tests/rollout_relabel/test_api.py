@@ -14,7 +14,7 @@ from rollout_relabel import schemas
 from rollout_relabel.transforms.lib import errors
 from tests.conftest import FIXTURES, ROOT, run_cli
 
-# SEMANTICS.md worked example 1 (rollout-mainstream, grpo, no std): group 0 has rollout 10 (reward 0, one
+# docs/semantics.md worked example 1 (rollout-mainstream, grpo, no std): group 0 has rollout 10 (reward 0, one
 # row) and rollout 11 (reward 1, three rows); group 1 has rollout 20 (reward 2, two rows) and 21 (reward 4).
 EXAMPLE_1 = pa.table({
     "step": [0] * 7,

@@ -12,8 +12,19 @@ import pytest
 import torch
 
 import rollout_relabel
-from rollout_relabel.hooks import ZERO_BAD_GROUPS_ENV, BadRollouts, miles, slime
+from rollout_relabel.hooks import (
+    HOOK_REFUSES,
+    PREFIX,
+    TRAINER_ARGS,
+    ZERO_BAD_GROUPS_ENV,
+    BadRollouts,
+    env_name,
+    labeling_from,
+    miles,
+    slime,
+)
 from rollout_relabel.transforms.core.config import SEMANTICS
+from rollout_relabel.transforms.lib.labeling.settings import Labeling
 from tests.conftest import ROOT, run_cli
 from tests.samples import ALLOWED, Args, StandInSample, random_samples
 
@@ -27,6 +38,9 @@ def float32_bits(values):
 
 
 def hook_env(monkeypatch, semantics, mainstream=None):
+    for name in os.environ:
+        if name.startswith(PREFIX):
+            monkeypatch.delenv(name)
     monkeypatch.setenv("ROLLOUT_RELABEL_SEMANTICS", semantics)
     if mainstream:
         monkeypatch.setenv("ROLLOUT_RELABEL_MAINSTREAM", mainstream)
@@ -142,7 +156,7 @@ def test_bad_input_raises_with_the_reason_and_message_relabel_run_writes(monkeyp
     dead = expected.dead_letters.to_pylist()
     assert dead, kind
     records = [(d["row"], d["reason"], d["message"].replace("<memory>", "<samples>")) for d in dead]
-    assert raised.value.records == records
+    assert raised.value.rows == records
     assert (raised.value.reason, raised.value.message) == records[0][1:]
     assert str(raised.value).startswith(records[0][2])
 
@@ -195,3 +209,194 @@ print(sorted(m for m in sys.modules if m.split(".")[0] in ("apache_beam", "pyarr
                           env={k: v for k, v in os.environ.items() if not k.startswith("ROLLOUT_RELABEL")})
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.strip() == "[]"
+
+
+# --- every labeling option, numpy values, masks -------------------------------------------------------------
+
+# one value (as text) for every labeling option that is not its default; the hook applies it or refuses it
+OPTION_TEXTS = {
+    "semantics": ("group-index", "group-index"),
+    "estimator": ("dr_grpo", "dr_grpo"),
+    "std_normalization": ("false", False),
+    "rewards_normalization": ("0", False),
+    "mainstream": ("last", "last"),
+    "n_samples_per_prompt": ("4", 4),
+    "rollout_batch_size": ("3", 3),
+    "singleton_groups": ("raw", "raw"),
+    "reward_keys": ("acc,format", ("acc", "format")),
+    "reward_weights": ("1,0.5", (1.0, 0.5)),
+    "reward_key": ("acc", "acc"),
+    "drop_uniform_groups": ("yes", True),
+    "baseline_column": ("metadata.b", "metadata.b"),
+    "columns": ("reward=score", ("reward=score",)),
+    "batch_from": ("file", "file"),
+    "group_key": ("verl-uid", "verl-uid"),
+}
+
+
+def test_every_labeling_option_has_a_variable_that_is_applied_or_refused():
+    assert set(OPTION_TEXTS) == set(Labeling.option_names())  # a new option: say here what its text is
+    defaults = Labeling().values()
+    for name, (text, value) in OPTION_TEXTS.items():
+        assert value != defaults[name], name
+        environ = {env_name(name): text}
+        if name == "reward_weights":
+            environ[env_name("reward_keys")] = "acc,format"
+        if name == "mainstream":
+            environ[env_name("semantics")] = "rollout-mainstream"
+        if name in HOOK_REFUSES:
+            with pytest.raises(ValueError, match=env_name(name)):
+                labeling_from(Args(), environ)
+        else:
+            assert labeling_from(Args(), environ).values()[name] == value, name
+
+
+def test_a_variable_wins_over_the_trainers_arg_which_wins_over_the_default():
+    args = Args(advantage_estimator="gspo", grpo_std_normalization=False, n_samples_per_prompt=4)
+    labeling = labeling_from(args, {})
+    assert (labeling.core.estimator, labeling.core.std_normalization, labeling.core.n_samples_per_prompt) == (
+        "gspo", False, 4)
+    labeling = labeling_from(args, {env_name("estimator"): "rloo", env_name("std_normalization"): "1"})
+    assert (labeling.core.estimator, labeling.core.std_normalization) == ("rloo", True)
+    assert set(TRAINER_ARGS) <= set(Labeling.option_names())
+
+
+def test_an_unknown_or_misspelt_variable_is_an_error_naming_it():
+    with pytest.raises(ValueError, match=r"variable\(s\) ROLLOUT_RELABEL_SEMANTIC;"):
+        labeling_from(Args(), {"ROLLOUT_RELABEL_SEMANTIC": "group-index"})
+    with pytest.raises(ValueError, match="ROLLOUT_RELABEL_N_SAMPLES_PER_PROMPT.*'four'"):
+        labeling_from(Args(), {env_name("n_samples_per_prompt"): "four"})
+    with pytest.raises(ValueError, match="singleton"):
+        labeling_from(Args(), {env_name("singleton_groups"): "sometimes"})
+    assert labeling_from(Args(), {"OTHER_VARIABLE": "x", ZERO_BAD_GROUPS_ENV: "1"}) == labeling_from(Args(), {})
+
+
+def test_an_option_set_only_through_its_variable_reaches_the_advantages(monkeypatch):
+    hook_env(monkeypatch, "group-index")
+    monkeypatch.setenv(env_name("singleton_groups"), "raw")
+    samples = random_samples(31, prompts=3, rollouts=1)  # one unit a group: the rule decides every value
+    args = Args(rewards_normalization=True)
+    _, rewards = slime.post_process_rewards(args, samples)
+    expected = rollout_relabel.relabel([s.to_dict() for s in samples], semantics="group-index",
+                                       singleton_groups="raw")
+    zero = in_memory(samples, args, "group-index")
+    assert float32_bits(rewards) == float32_bits(expected.training_rows.column("advantage").to_pylist())
+    assert float32_bits(rewards) != float32_bits(zero.training_rows.column("advantage").to_pylist())
+
+
+def numpy_samples(seed):
+    samples = random_samples(seed)
+    for s in samples:
+        s.reward = np.float64(s.reward) if s.index % 2 else np.float32(s.reward)
+        s.group_index, s.index = np.int64(s.group_index), np.int64(s.index)
+        s.rollout_id = None if s.rollout_id is None else np.int32(s.rollout_id)
+        s.loss_mask = None if s.loss_mask is None else [np.int64(v) for v in s.loss_mask]
+        s.response_length = np.int64(s.response_length)
+    return samples
+
+
+def test_numpy_scalar_rewards_and_keys_are_the_numbers_they_hold(monkeypatch):
+    hook_env(monkeypatch, "rollout-mainstream")
+    args = Args()
+    _, rewards = slime.post_process_rewards(args, numpy_samples(41))
+    _, expected = slime.post_process_rewards(args, random_samples(41))
+    assert float32_bits(rewards) == float32_bits(expected)
+    assert len(set(rewards)) > 2
+    samples = numpy_samples(41)
+    for s in samples:
+        s.reward = {"acc": s.reward, "format": np.float64(1)}
+    raw, keyed = slime.post_process_rewards(Args(reward_key="acc"), samples)
+    assert float32_bits(keyed) == float32_bits(expected)
+
+
+def test_opting_in_zeroes_only_the_bad_groups_of_numpy_rewards(monkeypatch):
+    hook_env(monkeypatch, "rollout-mainstream")
+    monkeypatch.setenv(ZERO_BAD_GROUPS_ENV, "1")
+    samples = numpy_samples(43)
+    samples[5].reward = np.float64("nan")
+    _, rewards = slime.post_process_rewards(Args(), samples)
+    plain = random_samples(43)
+    plain[5].reward = float("nan")
+    expected = in_memory(plain, Args(), "rollout-mainstream")
+    dead = {d["row"] for d in expected.dead_letters.to_pylist()}
+    assert 0 < len(dead) < len(samples) / 2
+    assert {i for i, s in enumerate(samples) if s.group_index == samples[5].group_index} == dead
+    written = iter(expected.training_rows.column("advantage").to_pylist())
+    assert float32_bits(rewards) == float32_bits([0.0 if i in dead else next(written) for i in range(len(samples))])
+    assert any(r != 0 for i, r in enumerate(rewards) if i not in dead)
+
+
+@pytest.mark.parametrize("mask", ["empty", "null"])
+def test_all_empty_masks_the_hook_and_relabel_run_agree(monkeypatch, tmp_path, mask):
+    hook_env(monkeypatch, "rollout-mainstream")
+    samples = random_samples(47)
+    for s in samples:
+        s.loss_mask, s.response_length = ([], 0) if mask == "empty" else ([None], 1)
+    (tmp_path / "in").mkdir()
+    torch.save({"rollout_id": 0, "samples": [s.to_dict() for s in samples]}, tmp_path / "in" / "0.pt")
+    run_cli("run", "--input", tmp_path / "in", "--output", tmp_path / "out", check_codes=(0, 3))
+    manifest = json.loads((tmp_path / "out" / "_manifest.json").read_text())
+    if mask == "empty":
+        written = pq.read_table(tmp_path / "out" / manifest["inputs"][0]["output"]).column("advantage").to_pylist()
+        assert len(written) == len(samples) and manifest["counts"]["rows_dead"] == 0
+        _, rewards = slime.post_process_rewards(Args(), samples)
+        assert float32_bits(rewards) == float32_bits(written)
+        api = rollout_relabel.relabel([s.to_dict() for s in samples])
+        assert float32_bits(api.training_rows.column("advantage").to_pylist()) == float32_bits(written)
+    else:  # every mask holds a null: every row is dead, with the same reason both ways
+        dead = pq.read_table(tmp_path / "out" / "dead_letters.parquet").to_pylist()
+        with pytest.raises(BadRollouts) as raised:
+            slime.post_process_rewards(Args(), samples)
+        assert [r[1] for r in raised.value.rows] == [d["reason"] for d in dead] == ["null-mask-value"] * len(
+            samples)
+
+
+def keyed_samples(seed):
+    samples = random_samples(seed, prompts=4, rollouts=4)
+    rng = np.random.default_rng(seed)
+    for s in samples:
+        s.reward = {"acc": s.reward, "format": float(rng.choice([0.0, 0.5, 1.0])), "len": int(rng.integers(0, 3))}
+    return samples
+
+
+@pytest.mark.parametrize("estimator, weights", [("grpo", None), ("grpo", "1,-0.5,0.25"), ("gdpo", None),
+                                                ("gdpo", "2,1,1"), ("rloo", "1,1,0")])
+def test_reward_keys_and_weights_through_their_variables_give_relabel_runs_advantages(monkeypatch, estimator,
+                                                                                       weights):
+    hook_env(monkeypatch, "group-index")
+    monkeypatch.setenv(env_name("reward_keys"), "acc,format,len")
+    if weights:
+        monkeypatch.setenv(env_name("reward_weights"), weights)
+    samples = keyed_samples(zlib.crc32(f"{estimator}{weights}".encode()))
+    raw, rewards = slime.post_process_rewards(Args(advantage_estimator=estimator), samples)
+    expected = rollout_relabel.relabel(
+        [s.to_dict() for s in samples], semantics="group-index", estimator=estimator,
+        reward_keys=["acc", "format", "len"],
+        reward_weights=None if weights is None else [float(w) for w in weights.split(",")])
+    assert expected.rows_dead == 0
+    assert float32_bits(rewards) == float32_bits(expected.training_rows.column("advantage").to_pylist())
+    assert len(set(rewards)) > 2
+    w = [1.0, 1.0, 1.0] if weights is None else [float(x) for x in weights.split(",")]
+    assert raw == [w[0] * s.reward["acc"] + w[1] * s.reward["format"] + w[2] * s.reward["len"] for s in samples]
+
+
+@pytest.mark.parametrize("spoil_row", ["absent-key", "text-value", "nan-value", "not-a-dict"])
+def test_reward_keys_bad_input_raises_as_relabel_run_dead_letters(monkeypatch, spoil_row):
+    hook_env(monkeypatch, "group-index")
+    monkeypatch.setenv(env_name("reward_keys"), "acc,format")
+    samples = keyed_samples(5)
+    if spoil_row == "absent-key":
+        samples[3].reward = {"acc": 1.0, "len": 2}
+    elif spoil_row == "text-value":
+        samples[3].reward["format"] = "good"
+    elif spoil_row == "nan-value":
+        samples[3].reward["acc"] = float("nan")
+    else:
+        samples[3].reward = 0.5
+    with pytest.raises(BadRollouts) as raised:
+        slime.post_process_rewards(Args(), samples)
+    expected = rollout_relabel.relabel([s.to_dict() for s in samples], semantics="group-index",
+                                       reward_keys=["acc", "format"])
+    dead = [(d["row"], d["reason"], d["message"].replace("<memory>", "<samples>"))
+            for d in expected.dead_letters.to_pylist()]
+    assert dead and raised.value.rows == dead

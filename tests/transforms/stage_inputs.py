@@ -9,7 +9,7 @@ from rollout_relabel.transforms.core.config import CoreConfig
 from rollout_relabel.transforms.lib.io.inputs import expand_inputs
 from rollout_relabel.transforms.lib.labeling.settings import Labeling, RunSettings
 
-# rollout-mainstream, grpo, no std (worked example 1 of SEMANTICS.md, group 0):
+# rollout-mainstream, grpo, no std (worked example 1 of docs/semantics.md, group 0):
 # rollout 10 reward 0 (1 row), rollout 11 reward 1 (3 rows) -> [-0.5, 0.5, 0.5, 0.5]
 EXAMPLE_1 = dict(group_index=[0, 0, 0, 0], rollout_id=[10, 11, 11, 11], reward=[0.0, 1.0, 1.0, 1.0])
 # group 0 holds a NaN reward (both rows dead-lettered); group 1: rewards 0 and 2 -> [-1, 1]
@@ -37,7 +37,7 @@ def input_folder(tmp_path, **files):
     for name, columns in files.items():
         write(folder / f"{name}.parquet", **columns)
     found = expand_inputs([str(folder)], str(tmp_path / "out"))
-    return {os.path.basename(f.path).rsplit(".", 1)[0]: dict(f.record(), batch_inputs="siblings") for f in found}
+    return {os.path.basename(f.path).rsplit(".", 1)[0]: dict(f.entry(), batch_inputs="siblings") for f in found}
 
 
 def record(path, output="part-x.parquet"):

@@ -11,7 +11,13 @@ from apache_beam.testing.util import assert_that
 
 from rollout_relabel import schemas
 from rollout_relabel.transforms.commit_run import CommitRun
-from rollout_relabel.transforms.lib.output.records import BatchCounts, FileRead, FileWritten, RecordsWritten, RowRecords
+from rollout_relabel.transforms.lib.output.stage_outputs import (
+    BatchCounts,
+    ExcludedRows,
+    ExcludedWritten,
+    FileRead,
+    FileWritten,
+)
 from tests.matchers import manifest_counts
 from tests.transforms.stage_inputs import run_settings
 
@@ -27,8 +33,8 @@ def stats(rows_out_a=3):
         FileWritten("b.pt", "part-b.parquet", 4, 4, resumed=True),
         BatchCounts("step=0", rows=10, rows_dead=2, rows_filtered=1, groups=3, rollouts=9, uniform_groups=1,
                     group_sizes=[0, 0, 1, 2]),
-        RecordsWritten("dead", 2, 2, 0, {"non-finite-reward": 2}, {"a.parquet": 2}, "dead_letters.parquet"),
-        RecordsWritten("filtered", 1, 1, 0, {"uniform-group": 1}, {"a.parquet": 1}, "filtered.parquet"),
+        ExcludedWritten("dead", 2, 2, 0, {"non-finite-reward": 2}, {"a.parquet": 2}, "dead_letters.parquet"),
+        ExcludedWritten("filtered", 1, 1, 0, {"uniform-group": 1}, {"a.parquet": 1}, "filtered.parquet"),
     ]
 
 
@@ -53,7 +59,7 @@ def test_manifest_is_written_with_its_counts(test_pipeline, tmp_path):
     assert not (tmp_path / "out" / "_stop.json").exists()
 
 
-def test_lost_rows_are_refused_with_a_stop_record(test_pipeline, tmp_path):
+def test_lost_rows_are_refused_with_a_stop_file(test_pipeline, tmp_path):
     (tmp_path / "out").mkdir()
     with pytest.raises(Exception, match=r"rows in \(10\) != rows out \(6\)"):
         with test_pipeline as p:
@@ -65,7 +71,7 @@ def test_lost_rows_are_refused_with_a_stop_record(test_pipeline, tmp_path):
                                "manifest"}
 
 
-def test_too_many_dead_rows_are_refused_with_a_stop_record(test_pipeline, tmp_path):
+def test_too_many_dead_rows_are_refused_with_a_stop_file(test_pipeline, tmp_path):
     (tmp_path / "out").mkdir()
     with pytest.raises(Exception, match="above --max-dead-fraction 0.1"):
         with test_pipeline as p:
@@ -92,7 +98,7 @@ def test_records_are_sorted_into_one_file_of_each_kind_and_counted(test_pipeline
             records(("c.pt", None, "unreadable-file")),
             records(("a.parquet", 2, "non-finite-reward"), ("b.parquet", 0, "non-finite-reward"))]
     filtered = [records(("b.parquet", 3, "uniform-group"))]
-    items = [RowRecords(t, "dead") for t in dead] + [RowRecords(t, "filtered") for t in filtered] + [
+    items = [ExcludedRows(t, "dead") for t in dead] + [ExcludedRows(t, "filtered") for t in filtered] + [
         FileRead("a.parquet", 6), FileRead("b.parquet", 4), FileRead("c.pt", 0, "unreadable-file"),
         FileWritten("a.parquet", "part-a.parquet", 6, 4, resumed=False),
         FileWritten("b.parquet", "part-b.parquet", 4, 1, resumed=False),
@@ -118,7 +124,7 @@ def test_records_are_sorted_into_one_file_of_each_kind_and_counted(test_pipeline
 
 def test_no_records_no_record_files(test_pipeline, tmp_path):
     (tmp_path / "out").mkdir()
-    clean = [s for s in stats() if not isinstance(s, RecordsWritten)]
+    clean = [s for s in stats() if not isinstance(s, ExcludedWritten)]
     clean = [s if not isinstance(s, BatchCounts) else BatchCounts("step=0", rows=10, rows_dead=0, rows_filtered=0,
                                                                   groups=3, rollouts=9, uniform_groups=1,
                                                                   group_sizes=[0, 0, 1, 2]) for s in clean]
@@ -126,7 +132,7 @@ def test_no_records_no_record_files(test_pipeline, tmp_path):
              else FileWritten("a.parquet", "part-a.parquet", 6, 6, resumed=False) for s in clean]
     with test_pipeline as p:
         # an empty table of records is no record: no file, and the manifest says none
-        items = clean + [RowRecords(schemas.DEAD_LETTERS.empty_table(), "dead")]
+        items = clean + [ExcludedRows(schemas.DEAD_LETTERS.empty_table(), "dead")]
         _ = p | beam.Create(items) | CommitRun(run_settings(tmp_path), INPUTS)
     assert sorted(os.listdir(tmp_path / "out")) == ["_manifest.json"]
     written = json.loads((tmp_path / "out" / "_manifest.json").read_text())

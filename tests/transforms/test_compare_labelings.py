@@ -9,7 +9,7 @@ from apache_beam.testing.util import assert_that, equal_to
 from rollout_relabel.transforms.compare_labelings import CompareLabelings, progress_name
 from rollout_relabel.transforms.core.config import CoreConfig
 from rollout_relabel.transforms.lib.labeling.settings import CompareSettings, Labeling, Side
-from rollout_relabel.transforms.lib.output.records import FILES, GROUPS, POINTS
+from rollout_relabel.transforms.lib.output.stage_outputs import FILES, GROUPS, POINTS
 
 A = Side(Labeling(CoreConfig("group-index", std_normalization=False)))
 B = Side(Labeling(CoreConfig("rollout-mainstream", std_normalization=False)))
@@ -42,7 +42,7 @@ def _point(point):
 
 
 def test_compare_labelings_stage_one_step_over_two_files(test_pipeline, tmp_path):
-    # worked example 1 of SEMANTICS.md, one step split over two files: group-index (row units) against
+    # worked example 1 of docs/semantics.md, one step split over two files: group-index (row units) against
     # rollout-mainstream, no std. Rows: f0 = [rollout 10 r 0, 11 r 1], f1 = [11 r 1, 11 r 1, 20 r 2, 20 r 2, 21 r 4]
     # A: group 0 mean 3/4 -> [-3/4, 1/4 x3]; group 1 mean 8/3 -> [-2/3, -2/3, 4/3]
     # B: [-1/2, 1/2 x3, -1, -1, 1]: no row agrees, no wrong sign, B's two groups differ

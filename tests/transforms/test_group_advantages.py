@@ -12,7 +12,7 @@ from rollout_relabel.transforms.gather_batches import GatherBatches
 from rollout_relabel.transforms.group_advantages import GroupAdvantages
 from rollout_relabel.transforms.lib.labeling.settings import Labeling
 from rollout_relabel.transforms.lib.labeling.slim import extract_slim
-from rollout_relabel.transforms.lib.output.records import COUNTERS, DEAD, FILTERED
+from rollout_relabel.transforms.lib.output.stage_outputs import COUNTERS, DEAD, FILTERED
 from rollout_relabel.transforms.read_rollouts import ReadRollouts
 from tests.matchers import advantages_by_source, dead_reasons
 from tests.transforms.stage_inputs import NO_STD, advantages, batch_counts, keyed_dead_rows, record, run_settings, write
@@ -23,7 +23,7 @@ def slim(source, **columns):
     return source, table
 
 
-# worked example 1 of SEMANTICS.md as one step over two files, and a third file whose group 2 holds a NaN
+# worked example 1 of docs/semantics.md as one step over two files, and a third file whose group 2 holds a NaN
 STEP_0 = ("step=0", ([
     slim("a.parquet", group_index=[0, 0, 1], rollout_id=[10, 11, 20], reward=[0.0, 1.0, 2.0]),
     slim("b.parquet", group_index=[0, 0, 1, 1], rollout_id=[11, 11, 20, 21], reward=[1.0, 1.0, 2.0, 4.0]),
@@ -71,7 +71,7 @@ def test_fail_fast_stops_at_the_first_dead_row(test_pipeline, tmp_path):
 
 
 def test_read_gather_and_group_advantages(test_pipeline, tmp_path):
-    # one step spread over two files: worked example 1 of SEMANTICS.md
+    # one step spread over two files: worked example 1 of docs/semantics.md
     a = write(tmp_path / "a.parquet", step=[0, 0, 0], group_index=[0, 0, 1], rollout_id=[10, 11, 20],
               reward=[0.0, 1.0, 2.0])
     b = write(tmp_path / "b.parquet", step=[0, 0, 0, 0], group_index=[0, 0, 1, 1], rollout_id=[11, 11, 20, 21],

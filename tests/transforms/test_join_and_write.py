@@ -8,7 +8,7 @@ from apache_beam.testing.util import assert_that, equal_to
 
 from rollout_relabel import schemas
 from rollout_relabel.transforms.join_and_write import JoinAndWrite
-from rollout_relabel.transforms.lib.output.records import DEAD, FILTERED, FileRead
+from rollout_relabel.transforms.lib.output.stage_outputs import DEAD, FILTERED, FileRead
 from tests.transforms.stage_inputs import dead_rows, file_written, input_folder, run_settings
 
 # one file, two steps; step 0 relabelled in two batches' worth of result tables, step 1 dead-lettered

@@ -7,7 +7,7 @@ import pytest
 from apache_beam.testing.util import assert_that, equal_to
 
 from rollout_relabel.transforms.lib.labeling.settings import Labeling
-from rollout_relabel.transforms.lib.output.records import COUNTERS, DEAD, FILES, FILTERED
+from rollout_relabel.transforms.lib.output.stage_outputs import COUNTERS, DEAD, FILES, FILTERED
 from rollout_relabel.transforms.relabel_file_groups import RelabelFileGroups
 from tests.transforms.stage_inputs import (
     EXAMPLE_1,
@@ -102,7 +102,7 @@ def test_a_complete_output_is_not_rewritten(test_pipeline, tmp_path):
     assert (again.st_ino, again.st_mtime_ns) == (first.st_ino, first.st_mtime_ns)
 
 
-def test_fail_fast_stops_at_the_first_dead_row_with_a_stop_record(test_pipeline, tmp_path):
+def test_fail_fast_stops_at_the_first_dead_row_with_a_stop_file(test_pipeline, tmp_path):
     import json
 
     records = input_folder(tmp_path, b=WITH_NAN)

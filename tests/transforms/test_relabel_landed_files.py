@@ -9,7 +9,7 @@ import pyarrow.parquet as pq
 from apache_beam.testing.util import assert_that, equal_to
 
 from rollout_relabel.transforms.lib.output import output_files
-from rollout_relabel.transforms.lib.watch import ledger as watch_records
+from rollout_relabel.transforms.lib.watch import ledger
 from rollout_relabel.transforms.relabel_landed_files import RelabelLandedFiles
 from tests.transforms.stage_inputs import EXAMPLE_1, NO_STD, WITH_NAN, input_folder, run_settings
 
@@ -93,7 +93,7 @@ def test_a_late_file_is_dead_lettered_whole(test_pipeline, tmp_path):
 def test_a_stop_request_leaves_the_release_for_the_next_watch(test_pipeline, tmp_path):
     records = input_folder(tmp_path, s0a=S0A)
     settings = run_settings(tmp_path, NO_STD)
-    output_files.write_bytes_atomically(b"", watch_records.records_dir(settings.output), watch_records.STOP_NAME)
+    output_files.write_bytes_atomically(b"", ledger.entries_dir(settings.output), ledger.STOP_NAME)
     release = json.dumps({"files": [records["s0a"]], "late": False}, sort_keys=True)
     with test_pipeline as p:
         out = p | beam.Create([release]) | RelabelLandedFiles(settings)

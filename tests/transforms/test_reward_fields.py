@@ -10,7 +10,7 @@ import pytest
 from rollout_relabel.transforms.core.config import CoreConfig
 from rollout_relabel.transforms.core.reasons import CODE
 from rollout_relabel.transforms.lib.labeling.label_batch import core_input_from_slim, label_batch
-from rollout_relabel.transforms.lib.labeling.settings import Labeling, RewardFields
+from rollout_relabel.transforms.lib.labeling.settings import Labeling
 from rollout_relabel.transforms.lib.labeling.slim import extract_slim, slim_input_columns
 
 
@@ -20,7 +20,7 @@ def slim_of(table, fields):
 
 
 def labelled(table, labeling):
-    key, slim = slim_of(table, labeling.reward_fields())
+    key, slim = slim_of(table, labeling)
     return label_batch(key, [("f.parquet", slim)], None, labeling)
 
 
@@ -29,19 +29,19 @@ STRUCT = pa.table({"reward": [{"a": 1.0, "b": 0.0}, {"a": 0.0, "b": 0.0}, {"a": 
 
 
 def test_reward_keys_weighted_sum_from_struct_and_map():
-    _, slim = slim_of(STRUCT, RewardFields(keys=("a", "b"), weights=(2.0, -0.5)))
+    _, slim = slim_of(STRUCT, Labeling(CoreConfig(reward_keys=("a", "b"), reward_weights=(2.0, -0.5))))
     assert slim.column("reward").to_pylist() == [2.0, 0.0, 1.5]
     assert slim.column("reward_parts").to_pylist() == [[1.0, 0.0], [0.0, 0.0], [1.0, 1.0]]
     mapped = pa.table({"reward": pa.array([[("a", 2.0), ("b", 1.0)], [("b", 3.0), ("a", 1.0)]],
                                           pa.map_(pa.string(), pa.float64()))})
-    _, slim = slim_of(mapped, RewardFields(keys=("a", "b")))
+    _, slim = slim_of(mapped, Labeling(CoreConfig(reward_keys=("a", "b"))))
     assert slim.column("reward").to_pylist() == [3.0, 4.0]
 
 
 def test_without_new_options_the_slim_table_is_as_before():
-    _, slim = slim_of(STRUCT, RewardFields(key="a"))
+    _, slim = slim_of(STRUCT, Labeling(reward_key="a"))
     assert slim.column_names == ["row", "reward", "trainable", "group_index", "rollout_key", "problem", "detail"]
-    assert slim_input_columns(RewardFields(key="a")) == slim_input_columns(None)
+    assert slim_input_columns(Labeling(reward_key="a")) == slim_input_columns(None)
 
 
 @pytest.mark.parametrize("rewards,reason,words", [
@@ -54,7 +54,7 @@ def test_without_new_options_the_slim_table_is_as_before():
     ([1.0], "missing-reward-key", "reward has type double"),
 ])
 def test_reward_keys_problems(rewards, reason, words):
-    _, slim = slim_of(pa.table({"reward": rewards + rewards}), RewardFields(keys=("a", "b")))
+    _, slim = slim_of(pa.table({"reward": rewards + rewards}), Labeling(CoreConfig(reward_keys=("a", "b"))))
     assert slim.column("problem").to_pylist() == [CODE[reason]] * 2
     assert words in slim.column("detail")[0].as_py()
 
@@ -73,8 +73,8 @@ def test_reward_keys_problems(rewards, reason, words):
      "metadata.remax_baseline_reward"),  # mixed-type dicts are stored as JSON text (readers.py)
 ])
 def test_baseline_column_paths(table, column):
-    assert set(slim_input_columns(RewardFields(baseline_column=column))) >= {column.split(".")[0]}
-    _, slim = slim_of(table, RewardFields(baseline_column=column))
+    assert set(slim_input_columns(Labeling(baseline_column=column))) >= {column.split(".")[0]}
+    _, slim = slim_of(table, Labeling(baseline_column=column))
     assert slim.column("baseline").to_pylist() == [0.5, 1.5]
     assert slim.column("problem").to_pylist() == [0, 0]
 
@@ -133,7 +133,7 @@ def test_passk_singleton_message():
 
 def test_core_input_reads_the_optional_slim_columns():
     _, slim = slim_of(STRUCT.append_column("base", pa.array([0.5, None, 1.0])),
-                      RewardFields(keys=("a", "b"), baseline_column="base"))
+                      Labeling(CoreConfig(reward_keys=("a", "b")), baseline_column="base"))
     inp = core_input_from_slim(slim, np.zeros(3, dtype=np.int64), [None], np.zeros(3, dtype=np.int64))
     assert inp.reward_parts.tolist() == [[1.0, 0.0, 1.0], [0.0, 0.0, 1.0]]  # [K, N]
     assert inp.baseline[0] == 0.5 and math.isnan(inp.baseline[1])

@@ -11,7 +11,7 @@ from apache_beam.testing.util import assert_that, equal_to
 
 from rollout_relabel.transforms.lib.labeling.settings import WatchSettings
 from rollout_relabel.transforms.lib.output import output_files
-from rollout_relabel.transforms.lib.watch import ledger as watch_records
+from rollout_relabel.transforms.lib.watch import ledger
 from rollout_relabel.transforms.watch_files import WatchFiles
 from tests.transforms.stage_inputs import EXAMPLE_1, input_folder, run_settings, write
 
@@ -53,7 +53,7 @@ def test_required_markers_and_done_files(test_pipeline, tmp_path):
     (tmp_path / "in" / "c.parquet.done").touch()
     settings = run_settings(tmp_path)
     # c was relabelled already with these options, as it is now: skipped
-    watch_records.write_record(settings.output, {"input": records["c"], "fingerprint": settings.fingerprint(),
+    ledger.write_entry(settings.output, {"input": records["c"], "fingerprint": settings.fingerprint(),
                                                  "steps": None, "group": ["part-c.parquet"]})
     watch = WatchSettings(poll_interval=POLL, stop_after_idle=0.5, require_marker=True)
     with test_pipeline as p:
@@ -65,7 +65,7 @@ def test_a_stop_request_ends_the_watch_before_any_release(test_pipeline, tmp_pat
     input_folder(tmp_path, a=EXAMPLE_1)
     (tmp_path / "in" / "a.parquet.done").touch()
     settings = run_settings(tmp_path)
-    output_files.write_bytes_atomically(b"", watch_records.records_dir(settings.output), watch_records.STOP_NAME)
+    output_files.write_bytes_atomically(b"", ledger.entries_dir(settings.output), ledger.STOP_NAME)
     with test_pipeline as p:
         releases = p | WatchFiles(settings, WatchSettings(poll_interval=POLL))  # no stop condition but the request
         assert_that(releases, equal_to([]))
@@ -84,7 +84,7 @@ def test_a_late_file_is_released_alone_and_flagged(test_pipeline, tmp_path):
     records = input_folder(tmp_path, s0=stepped(0), s0late=stepped(0))
     write(tmp_path / "in" / "s1.parquet", **stepped(1))
     settings = run_settings(tmp_path)
-    watch_records.write_record(settings.output, {"input": records["s0"], "fingerprint": settings.fingerprint(),
+    ledger.write_entry(settings.output, {"input": records["s0"], "fingerprint": settings.fingerprint(),
                                                  "steps": [0, 0], "group": ["part-s0.parquet"]})
     with test_pipeline as p:
         releases = p | WatchFiles(settings, WatchSettings(poll_interval=POLL, stop_after_idle=0.5))

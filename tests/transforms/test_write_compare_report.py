@@ -15,7 +15,7 @@ def test_the_report_does_not_depend_on_arrival_order():
     reports = []
     for seed in range(3):
         items = [(kind, item) for r in results for kind, item in
-                 [("batches", r.record)] + [("groups", g) for g in r.groups] + [("points", p) for p in r.points]]
+                 [("batches", r.counts)] + [("groups", g) for g in r.groups] + [("points", p) for p in r.points]]
         items += [("files", ONE_FILE)]
         random.Random(seed).shuffle(items)
         halves = [fn.create_accumulator(), fn.create_accumulator()]
@@ -38,7 +38,7 @@ def test_stage_writes_the_report_and_yields_its_totals(test_pipeline, tmp_path):
     directory = tmp_path / "report"
     with test_pipeline as p:
         outputs = {
-            "batches": p | "Batches" >> beam.Create([r.record for r in results]),
+            "batches": p | "Batches" >> beam.Create([r.counts for r in results]),
             "files": p | "Files" >> beam.Create([ONE_FILE]),
             "groups": p | "Groups" >> beam.Create([g for r in results for g in r.groups]),
             # emitted by a DoFn, untyped, as CompareLabelings emits them: a sample key is a uint64, above the

@@ -12,10 +12,10 @@ from dataclasses import dataclass
 
 from .arrays import INT64_MAX, arrays_for
 from .config import GDPO, GPG, GRPO_PASSK, OPO, REMAX, RLOO, STD_EPS, WHITEN_EPS, CoreConfig
-from .reasons import CODE
+from .reasons import CODE, Reason
 from .types import CoreInput, CoreOutput
 
-# Grouping rules, decided per batch (SEMANTICS.md, "Semantics").
+# Grouping rules, decided per batch (docs/semantics.md, "Semantics").
 WHOLE_BATCH, SLICES, GROUP_INDEX, EXPLICIT_SIZES = 0, 1, 2, 3
 
 
@@ -59,7 +59,7 @@ def _relabel(xp, inp: CoreInput, config: CoreConfig, drop_uniform_groups: bool =
             mismatch = xp.segment(unit, n_units, inp.reward, "amin") != xp.segment(unit, n_units, inp.reward, "amax")
         group_mismatch = xp.segment(unit_group, n_groups, xp.astype(mismatch, "int64"), "amax") > 0
         group_problem = xp.where((group_problem == 0) & group_mismatch,
-                                 CODE["sibling-reward-mismatch"], group_problem)
+                                 CODE[Reason.SIBLING_REWARD_MISMATCH], group_problem)
 
     units_in_group = xp.count(unit_group, n_groups)
     if gdpo:
@@ -89,11 +89,11 @@ def _relabel(xp, inp: CoreInput, config: CoreConfig, drop_uniform_groups: bool =
             _EstimatorInputs(inp.trainable, unit, n_units, chosen, inp.baseline, alpha)), "float32")
         non_finite = _any_per_segment(xp, unit_group, n_groups, ~xp.isfinite(unit_advantage))
         advantage = xp.take(unit_advantage, unit)
-        group_problem = xp.where((group_problem == 0) & non_finite, CODE["non-finite-advantage"], group_problem)
+        group_problem = xp.where((group_problem == 0) & non_finite, CODE[Reason.NON_FINITE_ADVANTAGE], group_problem)
     else:  # pass-through estimators: the row's own reward
         advantage = xp.astype(inp.reward, "float32")
         non_finite = _any_per_segment(xp, group, n_groups, ~xp.isfinite(advantage))
-        group_problem = xp.where((group_problem == 0) & non_finite, CODE["non-finite-advantage"], group_problem)
+        group_problem = xp.where((group_problem == 0) & non_finite, CODE[Reason.NON_FINITE_ADVANTAGE], group_problem)
 
     live_group = group_problem == 0
     uniform = xp.take(uniform_group, group)
@@ -140,12 +140,12 @@ def _choose_grouping(xp, inp: CoreInput, config: CoreConfig):
         rule[exact_slices] = SLICES
     elif config.semantics == "group-index":
         rule[all_index] = GROUP_INDEX
-        problem[~all_index & ~no_index] = CODE["partial-group-index"]
+        problem[~all_index & ~no_index] = CODE[Reason.PARTIAL_GROUP_INDEX]
         if n is None:
-            problem[no_index & (batch_size > 0)] = CODE["missing-n-samples-per-prompt"]
+            problem[no_index & (batch_size > 0)] = CODE[Reason.MISSING_N_SAMPLES_PER_PROMPT]
         else:
             rule[no_index] = SLICES
-            problem[no_index & (batch_size % n != 0)] = CODE["batch-size-not-multiple"]
+            problem[no_index & (batch_size % n != 0)] = CODE[Reason.BATCH_SIZE_NOT_MULTIPLE]
     else:
         rule[exact_slices] = SLICES
         rule[all_index] = GROUP_INDEX
@@ -157,7 +157,7 @@ def _choose_grouping(xp, inp: CoreInput, config: CoreConfig):
             given_at = xp.asarray(given, "int64")
             rule[given_at] = EXPLICIT_SIZES
             matches = totals == xp.take(batch_size, given_at)
-            problem[given_at] = xp.where(matches, 0, CODE["group-sizes-mismatch"])
+            problem[given_at] = xp.where(matches, 0, CODE[Reason.GROUP_SIZES_MISMATCH])
             # boundaries of a batch whose sizes do not add up would spill into the next batch
             usable = [(i, s) for (i, s), ok in zip(zip(given, sizes), matches.tolist()) if ok]
             if usable:
@@ -339,11 +339,11 @@ def _passk(xp, reward, unit_group, n_groups, centred, kf, divide):
 def _estimator_problems(xp, inp, config, chosen, unit_group, n_groups, k, group_problem):
     """Group problems the estimator itself defines: grpo_passk's one-unit groups, remax's missing baselines."""
     if config.estimator == GRPO_PASSK:
-        group_problem = xp.where((group_problem == 0) & (k == 1), CODE["passk-singleton-group"], group_problem)
+        group_problem = xp.where((group_problem == 0) & (k == 1), CODE[Reason.PASSK_SINGLETON_GROUP], group_problem)
     elif config.estimator == REMAX:
         missing = ~xp.isfinite(_unit_baseline(xp, inp.baseline, chosen))
         group_problem = xp.where((group_problem == 0) & _any_per_segment(xp, unit_group, n_groups, missing),
-                                 CODE["missing-baseline"], group_problem)
+                                 CODE[Reason.MISSING_BASELINE], group_problem)
     return group_problem
 
 
@@ -418,7 +418,7 @@ def _gdpo_advantages(xp, inp, config, parts: _Parts, unit, n_units, unit_group, 
     finite = xp.isfinite(score)
     if not bool(finite.all()):
         bad_score = _any_per_segment(xp, unit_group, n_groups, ~finite)
-        group_problem = xp.where((group_problem == 0) & bad_score, CODE["non-finite-advantage"], group_problem)
+        group_problem = xp.where((group_problem == 0) & bad_score, CODE[Reason.NON_FINITE_ADVANTAGE], group_problem)
 
     # the batch-level step, over written rows: live groups, less the filtered uniform ones
     n_rows, n_batches, batch = unit.shape[0], inp.num_batches, inp.batch
@@ -438,7 +438,7 @@ def _gdpo_advantages(xp, inp, config, parts: _Parts, unit, n_units, unit_group, 
     too_few = (rows_written > 0) & (total < 2)
     if bool(too_few.any()):
         group_problem = xp.where((group_problem == 0) & xp.take(too_few, group_batch),
-                                 CODE["gdpo-too-few-tokens"], group_problem)
+                                 CODE[Reason.GDPO_TOO_FEW_TOKENS], group_problem)
     mean = xp.segment(batch, n_batches, tokens * row_score, "sum") / (total + WHITEN_EPS)
     centred = row_score - xp.take(mean, batch)
     squares = tokens * centred * centred  # 0 where a row is not written (tokens 0)
@@ -447,7 +447,7 @@ def _gdpo_advantages(xp, inp, config, parts: _Parts, unit, n_units, unit_group, 
     finite = xp.isfinite(advantage)
     if not bool(finite.all()):
         non_finite = _any_per_segment(xp, group, n_groups, ~finite)
-        group_problem = xp.where((group_problem == 0) & non_finite, CODE["non-finite-advantage"], group_problem)
+        group_problem = xp.where((group_problem == 0) & non_finite, CODE[Reason.NON_FINITE_ADVANTAGE], group_problem)
     return advantage, group_problem
 
 

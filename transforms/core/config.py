@@ -2,11 +2,11 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field, fields
 
 SEMANTICS = ("legacy-reshape", "group-index", "rollout-mainstream", "rollout-shared")
 SEMANTICS_VERSION = {name: 1 for name in SEMANTICS}
-# Version 2 of the contract (SEMANTICS.md, "Estimators from the wider field"): a run that uses any of its
+# Version 2 of the contract (docs/estimators.md): a run that uses any of its
 # estimators or options records this version; every other run keeps its semantics' version (and fingerprint).
 CONTRACT_V2 = 2
 ROW_UNIT_SEMANTICS = ("legacy-reshape", "group-index")
@@ -18,23 +18,32 @@ GRPO_PASSK, OPO, GPG, REMAX, GDPO = "grpo_passk", "opo", "gpg", "remax", "gdpo"
 WIDER_FIELD_ESTIMATORS = (GRPO_PASSK, OPO, GPG, REMAX, GDPO)
 BATCH_LEVEL_ESTIMATORS = (GPG, GDPO)  # a batch-level step: they need a whole batch in one call
 SINGLETON_RULES = ("zero", "raw")     # one-unit groups: advantage 0, or mean 0 / std 1 (verl)
+# the estimators that normalize rewards within groups (any other name passes the reward through)
+NORMALIZING_ESTIMATORS = STD_ESTIMATORS + CENTRE_ONLY_ESTIMATORS + (RLOO,) + WIDER_FIELD_ESTIMATORS
 STD_EPS = 1e-6
 WHITEN_EPS = 1e-8                     # verl's masked_whiten / masked_mean
+
+
+def since(version: int, values: tuple | None = None) -> dict:
+    """Field metadata: the option belongs to this version of the contract. In use (so the run records that
+    version) when it is not its default, or, with `values`, when it is one of them."""
+    return {"contract_version": version, "values": values}
 
 
 @dataclass(frozen=True)
 class CoreConfig:
     semantics: str = "rollout-mainstream"
-    estimator: str = "grpo"
+    estimator: str = field(default="grpo", metadata=since(CONTRACT_V2, WIDER_FIELD_ESTIMATORS))
     std_normalization: bool = True
     rewards_normalization: bool = True
     mainstream: str | None = None  # None: the semantics' default
     n_samples_per_prompt: int | None = None
     rollout_batch_size: int | None = None
     # version 2 of the contract; each default leaves the run as it was (and out of its record)
-    singleton_groups: str = "zero"
-    reward_keys: tuple[str, ...] | None = None      # the reward is a struct/map: these numeric fields
-    reward_weights: tuple[float, ...] | None = None  # None: all 1
+    singleton_groups: str = field(default="zero", metadata=since(CONTRACT_V2))
+    # the reward is a struct/map: these numeric fields
+    reward_keys: tuple[str, ...] | None = field(default=None, metadata=since(CONTRACT_V2))
+    reward_weights: tuple[float, ...] | None = field(default=None, metadata=since(CONTRACT_V2))  # None: all 1
 
     def __post_init__(self):
         if self.semantics not in SEMANTICS:
@@ -98,8 +107,7 @@ class CoreConfig:
 
     @property
     def normalizes(self) -> bool:
-        return self.rewards_normalization and self.estimator in (
-            STD_ESTIMATORS + CENTRE_ONLY_ESTIMATORS + (RLOO,) + WIDER_FIELD_ESTIMATORS)
+        return self.rewards_normalization and self.estimator in NORMALIZING_ESTIMATORS
 
     @property
     def divides_by_std(self) -> bool:
@@ -119,12 +127,23 @@ class CoreConfig:
             return None
         return self.reward_weights if self.reward_weights is not None else (1.0,) * len(self.reward_keys)
 
+    def contract_versions_in_use(self) -> set[int]:
+        """The contract versions of the options in use, from each field's metadata (`since`)."""
+        used = set()
+        for f in fields(self):
+            if "contract_version" not in f.metadata:
+                continue
+            value, values = getattr(self, f.name), f.metadata["values"]
+            if (value in values) if values is not None else (value != f.default):
+                used.add(f.metadata["contract_version"])
+        return used
+
     @property
     def uses_contract_v2(self) -> bool:
         """Any estimator or option of version 2 of the contract is in use."""
-        return (self.estimator in WIDER_FIELD_ESTIMATORS or self.singleton_groups != "zero"
-                or self.reward_keys is not None or self.reward_weights is not None)
+        return CONTRACT_V2 in self.contract_versions_in_use()
 
     @property
     def version(self) -> int:
-        return CONTRACT_V2 if self.uses_contract_v2 else SEMANTICS_VERSION[self.semantics]
+        """The version a run records: its semantics', or the newest of the contract's options it uses."""
+        return max({SEMANTICS_VERSION[self.semantics], *self.contract_versions_in_use()})

@@ -1,53 +1,51 @@
-"""Stable reason codes for dead letters and filtered rows.
+"""Every reason code: why a row is dead-lettered or filtered. The one place they are spelled.
 
-The core reports problems as small integers (index into REASONS) so that they
-travel in tensors; readers, writers and the manifest use the strings.
+Code names a reason as `Reason.X`, never as text (tests/transforms/core/test_reasons.py fails on a
+reason's text anywhere else in the source). A Reason is a str: it is written, compared and hashed as its
+text. The numeric core reports problems as small integers so that they travel in tensors: `CODE[reason]`
+is a reason's integer, `REASONS[code]` its text (0: no problem). A new reason is a new member at the end
+(the integers of the others never change) and a row in docs/semantics.md's reason table.
 """
+from enum import StrEnum, unique
+
+
+@unique
+class Reason(StrEnum):
+    MISSING_COLUMN = "missing-column"
+    NON_NUMERIC_REWARD = "non-numeric-reward"
+    NON_FINITE_REWARD = "non-finite-reward"
+    MISSING_REWARD_KEY = "missing-reward-key"
+    NEGATIVE_LENGTH = "negative-length"
+    MASK_LENGTH = "mask-length"
+    DUPLICATE_ROW = "duplicate-row"
+    PARTIAL_GROUP_INDEX = "partial-group-index"
+    GROUP_SIZES_MISMATCH = "group-sizes-mismatch"
+    BATCH_SIZE_NOT_MULTIPLE = "batch-size-not-multiple"
+    MISSING_N_SAMPLES_PER_PROMPT = "missing-n-samples-per-prompt"
+    SIBLING_REWARD_MISMATCH = "sibling-reward-mismatch"
+    NON_FINITE_ADVANTAGE = "non-finite-advantage"
+    UNREADABLE_FILE = "unreadable-file"
+    UNSAFE_PICKLE = "unsafe-pickle"
+    EMPTY_FILE = "empty-file"
+    ILL_TYPED_COLUMN = "ill-typed-column"
+    VALUE_TOO_LARGE = "value-too-large"
+    LATE_BATCH_FILE = "late-batch-file"      # relabel watch: a file for a step already relabelled from others
+    INCOMPLETE_GROUP = "incomplete-group"    # row streams: a prompt group that did not complete before its timeout
+    NULL_MASK_VALUE = "null-mask-value"      # a null inside loss_mask: whether that token trains cannot be decided
+    DUPLICATE_COLUMN = "duplicate-column"    # two columns share a name: which one is meant cannot be decided
+    FILE_TOO_LARGE = "file-too-large"        # larger than --max-file-bytes: refused before it is read
+    # version 2 of the contract (docs/estimators.md)
+    PASSK_SINGLETON_GROUP = "passk-singleton-group"  # grpo_passk: a group of one unit has no second value
+    MISSING_BASELINE = "missing-baseline"            # remax: a unit's baseline is null, non-numeric or non-finite
+    GDPO_TOO_FEW_TOKENS = "gdpo-too-few-tokens"      # gdpo: the batch's written rows have < 2 trainable tokens
+    MALFORMED_LINE = "malformed-line"                # a JSONL line that is not a JSON object
+    MASK_VALUE = "mask-value"                        # a loss_mask value other than 0 and 1 (unit: group)
+    # not a dead letter: the reason of filtered.parquet rows (--drop-uniform-groups)
+    UNIFORM_GROUP = "uniform-group"
+    # version 3: rescoring (--reward-fn, --rm-url, --reward-model)
+    REWARD_FAILED = "reward-failed"  # the verifier kept failing on the row, or answered no reward (unit: its group)
+
 
 OK = 0
-REASONS = (
-    "",  # 0: no problem
-    "missing-column",
-    "non-numeric-reward",
-    "non-finite-reward",
-    "missing-reward-key",
-    "negative-length",
-    "mask-length",
-    "duplicate-row",
-    "partial-group-index",
-    "group-sizes-mismatch",
-    "batch-size-not-multiple",
-    "missing-n-samples-per-prompt",
-    "sibling-reward-mismatch",
-    "non-finite-advantage",
-    "unreadable-file",
-    "unsafe-pickle",
-    "empty-file",
-    "ill-typed-column",
-    "value-too-large",
-    "late-batch-file",   # relabel watch: a file for a step already relabelled from other files
-    "incomplete-group",  # row streams: a prompt group that did not complete before its timeout
-    "null-mask-value",   # a null inside loss_mask: whether that token trains cannot be decided
-    "duplicate-column",  # two columns share a name: which one is meant cannot be decided (whole file)
-    "file-too-large",    # larger than --max-file-bytes: refused before it is read (whole file)
-    # version 2 of the contract (SEMANTICS.md, "Estimators from the wider field")
-    "passk-singleton-group",  # grpo_passk: a prompt group of one unit has no second value (unit: the group)
-    "missing-baseline",       # remax: a unit's baseline is null, non-numeric or non-finite (unit: its group)
-    "gdpo-too-few-tokens",    # gdpo: the batch's written rows have < 2 trainable tokens (unit: the batch)
-    "malformed-line",         # a JSONL line that is not a JSON object (unit: the line alone)
-    "mask-value",             # a loss_mask value other than 0 and 1: a token trains or it does not (unit: group)
-    # version 3: rescoring (--reward-fn, --rm-url)
-    REWARD_FAILED := "reward-failed",  # the verifier kept failing on the row, or answered no reward (unit: its group)
-)
-CODE = {name: i for i, name in enumerate(REASONS)}
-
-UNIFORM_GROUP = "uniform-group"  # reason of filtered.parquet rows (not a dead letter)
-
-
-class BadFile(Exception):
-    """A whole input file cannot be used (unreadable, or its rows cannot be put in batches)."""
-
-    def __init__(self, reason: str, message: str):
-        super().__init__(message)
-        self.reason = reason
-        self.message = message
+REASONS: tuple[str, ...] = ("", *Reason)  # code -> reason; 0: no problem
+CODE: dict[str, int] = {reason: code for code, reason in enumerate(REASONS)}

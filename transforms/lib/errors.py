@@ -1,7 +1,7 @@
 """Every failure the project raises on purpose, and the exit code each one means.
 
 Exit codes come from these types, never from an exception's text. A worker
-that stops a run on purpose (RunStopped) also commits a stop record in the
+that stops a run on purpose (RunStopped) also commits a stop file in the
 output directory (transforms/lib/output/output_dir.py), because runners deliver a
 worker's exception to the driver as text; the driver reads the record back
 as the same type.

@@ -1,4 +1,4 @@
-"""The numeric core against SEMANTICS.md's worked examples and every rule, with exact numbers."""
+"""The numeric core against docs/semantics.md's worked examples and every rule, with exact numbers."""
 import math
 
 import numpy as np
@@ -24,7 +24,7 @@ def rollout(rid, reward, group=0, trainable=1, **extra):
     return dict(rollout_id=rid, reward=reward, group_index=group, trainable=trainable, **extra)
 
 
-# ---- SEMANTICS.md worked examples (rollout-mainstream, grpo)
+# ---- docs/semantics.md worked examples (rollout-mainstream, grpo)
 
 def test_example1_unequal_fanout_no_std(run):
     rows = [rollout(10, 0), *[rollout(11, 1)] * 3, *[rollout(20, 2, 1)] * 2, rollout(21, 4, 1)]
@@ -381,7 +381,7 @@ GDPO_ROWS = [gi(1.0, trainable=3, parts=[1.0, 0.0]), gi(0.0, trainable=1, parts=
 
 
 @pytest.mark.parametrize("weights,expected", [
-    (None, [-0.221404, -1.549826, 1.107019]),          # SEMANTICS.md's worked example
+    (None, [-0.221404, -1.549826, 1.107019]),          # docs/semantics.md's worked example
     ((2.0, -1.0), [0.816497, -1.632993, -0.408248]),   # S = (1.732048, -1.732048, 0)
     ((1.0, 0.5), [0.0, -1.825742, 0.912871]),          # S = (0.288675, -1.443373, 1.154699) = mu at row 0
 ])

@@ -1,6 +1,6 @@
-"""Row-unit parity: group-index with --singleton-groups raw against a loop written from SEMANTICS.md.
+"""Row-unit parity: group-index with --singleton-groups raw against a loop written from docs/semantics.md.
 
-Each estimator's per-row formula, as SEMANTICS.md ("Estimators from the wider field") states it for
+Each estimator's per-row formula, as docs/estimators.md states it for
 rows grouped by a key (the way verl groups rows by uid), with float32 inputs; the core must agree
 within 1e-5 on random batches, on numpy and on torch. This loop is written for this test only: it
 shares nothing with the core or with tests/reference.py.

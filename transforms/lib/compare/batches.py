@@ -44,7 +44,7 @@ COUNTS = ("rows", "compared", "dead_a", "dead_b", "filtered_a", "filtered_b", "d
 
 @dataclass
 class BatchComparison:
-    record: dict                                 # counts of the batch (COUNTS and more), JSON-able
+    counts: dict                                 # counts of the batch (COUNTS and more), JSON-able
     groups: list[dict] = field(default_factory=list)
     points: list[tuple] = field(default_factory=list)  # (sample key, file name, row, a, b)
 
@@ -93,7 +93,7 @@ def compare_batch(batch_key: str, parts: list[tuple[str, pa.Table]], prompt_grou
     wrong_sign = compared & ~zero_a & ~zero_b & (np.sign(adv_a) != np.sign(adv_b))
     differs = (state_b == LIVE) & ~agree  # rows of B's groups that A did not label the same
 
-    record = {
+    counts = {
         "batch": batch_key, "step": step, "label": label,
         "rows": n, "compared": int(compared.sum()),
         "dead_a": int((state_a == DEAD).sum()), "dead_b": int((state_b == DEAD).sum()),
@@ -109,12 +109,12 @@ def compare_batch(batch_key: str, parts: list[tuple[str, pa.Table]], prompt_grou
         "groups_a": groups_a, "groups_b": side_b.counters.groups,
         "uniform_groups_a": uniform_groups_a, "uniform_groups_b": side_b.counters.uniform_groups,
     }
-    groups, record["groups_differing"], record["group_sizes"] = _groups(
+    groups, counts["groups_differing"], counts["group_sizes"] = _groups(
         slim, group_b, differs, wrong_sign, delta, compared, state_a, file_names, file_rows, label)
     points = _sample(compared, file_names, file_rows, adv_a, adv_b)
     if rescored:
-        record.update(reward_agreement(parts_a, parts))
-    return BatchComparison(record, sorted(groups, key=group_rank), points)
+        counts.update(reward_agreement(parts_a, parts))
+    return BatchComparison(counts, sorted(groups, key=group_rank), points)
 
 
 REWARD_COUNTS = ("reward_rows", "reward_changed")
@@ -263,8 +263,8 @@ def _sample(compared, file_names, file_rows, adv_a, adv_b) -> list[tuple]:
 
 # ---------------------------------------------------------------- the whole run
 
-def step_order(record: dict):
-    return (0, record["step"], "") if record["step"] is not None else (1, 0, record["label"])
+def step_order(counts: dict):
+    return (0, counts["step"], "") if counts["step"] is not None else (1, 0, counts["label"])
 
 
 def summarize(batches: list[dict], files: list[dict], groups: list[dict], points: list[tuple], a: dict,

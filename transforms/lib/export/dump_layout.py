@@ -1,8 +1,8 @@
-"""The record that lets `relabel export` rebuild a .pt dump, field for field, from its training rows.
+"""The layout that lets `relabel export` rebuild a .pt dump, field for field, from its training rows.
 
 Reading a dump (samples.py) makes each sample field an Arrow column: tensors
 become nested lists, values Arrow cannot type become JSON text, dicts become
-structs (whose missing keys read back as None). The record notes what that
+structs (whose missing keys read back as None). The layout notes what that
 conversion did to one dump, so that every field comes back with its original
 type and value:
 
@@ -39,13 +39,13 @@ def is_tensor(value) -> bool:
     return hasattr(value, "tolist") and type(value).__module__.startswith("torch")
 
 
-# --- the record -------------------------------------------------------------------------------------------
+# --- the layout -------------------------------------------------------------------------------------------
 
 
 def describe(dump: dict, samples: list[dict], schema: pa.Schema, json_fields: set[str]) -> dict:
-    """The record of one dump whose samples became columns of `schema` (json_fields: stored as JSON text)."""
+    """The layout of one dump whose samples became columns of `schema` (json_fields: stored as JSON text)."""
     fields = list(schema.names)
-    record = {
+    layout = {
         "version": VERSION,
         "top_keys": list(dump),
         "top": encode({k: v for k, v in dump.items() if k != "samples"}),
@@ -59,7 +59,7 @@ def describe(dump: dict, samples: list[dict], schema: pa.Schema, json_fields: se
     }
     for row, sample in enumerate(samples):
         if list(sample) != fields:
-            record["keys"][str(row)] = list(sample)
+            layout["keys"][str(row)] = list(sample)
     for name in fields:
         as_json, kind = name in json_fields, schema.field(name).type
         tensors, patches = [], {}
@@ -73,51 +73,51 @@ def describe(dump: dict, samples: list[dict], schema: pa.Schema, json_fields: se
                 try:
                     patches[str(row)] = encode(value)
                 except TypeError:
-                    record["lost"].append([name, row, type(value).__name__])
+                    layout["lost"].append([name, row, type(value).__name__])
             elif plain is not value:
                 tensors.append([row, str(value.dtype).removeprefix("torch."), list(value.shape)])
         if tensors:
-            record["tensors"][name] = tensors
+            layout["tensors"][name] = tensors
         if patches:
-            record["patches"][name] = patches
-    return record
+            layout["patches"][name] = patches
+    return layout
 
 
-def attach(table: pa.Table, record: dict) -> pa.Table:
+def attach(table: pa.Table, layout: dict) -> pa.Table:
     metadata = dict(table.schema.metadata or {})
-    metadata[KEY] = json.dumps(record, separators=(",", ":")).encode()
+    metadata[KEY] = json.dumps(layout, separators=(",", ":")).encode()
     return table.replace_schema_metadata(metadata)
 
 
 def read(metadata: dict | None) -> dict | None:
-    """The record in a schema's (or Parquet file's) key-value metadata, or None."""
+    """The layout in a schema's (or Parquet file's) key-value metadata, or None."""
     raw = (metadata or {}).get(KEY)
     return json.loads(raw) if raw else None
 
 
-def with_rows_kept(record: dict, positions) -> dict:
-    """The record of a table of which only the rows at `positions` (sorted) remain."""
-    kept = record.get("kept")
+def with_rows_kept(layout: dict, positions) -> dict:
+    """The layout of a table of which only the rows at `positions` (sorted) remain."""
+    kept = layout.get("kept")
     positions = [int(p) for p in positions]
-    return dict(record, kept=positions if kept is None else [kept[p] for p in positions])
+    return dict(layout, kept=positions if kept is None else [kept[p] for p in positions])
 
 
-def kept_rows(record: dict) -> list[int]:
+def kept_rows(layout: dict) -> list[int]:
     """The dump positions of the part file's rows, in order."""
-    kept = record.get("kept")
-    return list(range(record["rows"])) if kept is None else kept
+    kept = layout.get("kept")
+    return list(range(layout["rows"])) if kept is None else kept
 
 
-def restore_samples(record: dict, columns: dict[str, list]) -> list[dict]:
+def restore_samples(layout: dict, columns: dict[str, list]) -> list[dict]:
     """The part's rows as the dump's samples, in order, from its columns (name -> Python values).
 
-    Every field the record names is given back as it was read; the caller relabels.
+    Every field the layout names is given back as it was read; the caller relabels.
     """
-    fields, as_json = record["fields"], set(record["json"])
-    kept = kept_rows(record)
+    fields, as_json = layout["fields"], set(layout["json"])
+    kept = kept_rows(layout)
     tensors = {name: {row: (dtype, shape) for row, dtype, shape in entries}
-               for name, entries in record["tensors"].items()}
-    patches, keys = record["patches"], record["keys"]
+               for name, entries in layout["tensors"].items()}
+    patches, keys = layout["patches"], layout["keys"]
     samples = []
     for i, row in enumerate(kept):
         sample = {}
@@ -137,9 +137,9 @@ def restore_samples(record: dict, columns: dict[str, list]) -> list[dict]:
     return samples
 
 
-def top_level(record: dict) -> dict:
+def top_level(layout: dict) -> dict:
     """The dump's top-level entries other than `samples`, as they were."""
-    return decode(record["top"])
+    return decode(layout["top"])
 
 
 # --- which values a column gives back exactly ---------------------------------------------------------------
@@ -231,7 +231,7 @@ def encode(value):
         return {"size": list(value)}
     if kind.__module__ == "torch" and kind.__name__ == "dtype":
         return {"dtype": str(value).removeprefix("torch.")}
-    raise TypeError(f"cannot record a value of type {kind.__name__}")
+    raise TypeError(f"cannot layout a value of type {kind.__name__}")
 
 
 def decode(obj):
@@ -260,7 +260,7 @@ def decode(obj):
         return torch.Size(body)
     if tag == "dtype":
         return getattr(torch, body)
-    raise ValueError(f"unknown tag {tag!r} in a dump record")
+    raise ValueError(f"unknown tag {tag!r} in a dump layout")
 
 
 def _tensor(dtype: str, shape: list[int], values):

@@ -2,7 +2,7 @@
 
 Each dump has the layout `--save-debug-rollout-data` writes (`{"rollout_id", "samples"}`, miles with
 `"metadata"` between them), its samples in their batch order, every field as it was read (rows of .pt
-inputs are rebuilt through their dump record, dump_record.py), and three fields relabelled: `reward` =
+inputs are rebuilt through their dump layout, dump_layout.py), and three fields relabelled: `reward` =
 the row's advantage, `metadata["raw_reward"]` = its raw reward, `loss_mask` = the final training mask.
 Dead-lettered and filtered rows are not exported; each batch's losses are counted by reason.
 
@@ -25,7 +25,7 @@ import pyarrow.parquet as pq
 
 from rollout_relabel import schemas
 from rollout_relabel.transforms.lib.errors import ExitCode, UsageError
-from rollout_relabel.transforms.lib.export import dump_layout as dump_record
+from rollout_relabel.transforms.lib.export import dump_layout
 from rollout_relabel.transforms.lib.io import filesystem
 from rollout_relabel.transforms.lib.labeling.settings import PROJECT, project_version
 from rollout_relabel.transforms.lib.output import output_files
@@ -55,10 +55,10 @@ class ExportSettings:
 
 @dataclass
 class Part:
-    """One part file of the training rows: the input it came from, its dump record when a .pt dump."""
+    """One part file of the training rows: the input it came from, its dump layout when a .pt dump."""
     path: str           # the input file
     output: str         # part-<stem>.parquet
-    record: dict | None
+    layout: dict | None
 
 
 @dataclass
@@ -143,19 +143,19 @@ def _part(input_dir: str, entry: dict, fingerprint: str) -> Part:
     if lineage.get("fingerprint") != fingerprint:
         raise UsageError(f"--input {input_dir}: {entry['output']} was not written by the run of its manifest "
                          f"(fingerprint {lineage.get('fingerprint')} != {fingerprint})")
-    record = dump_record.read(metadata)
-    if record is None and entry["path"].lower().endswith((".pt", ".pth")):
-        raise UsageError(f"--input {input_dir}: {entry['output']} (from {entry['path']}) carries no dump record: "
+    layout = dump_layout.read(metadata)
+    if layout is None and entry["path"].lower().endswith((".pt", ".pth")):
+        raise UsageError(f"--input {input_dir}: {entry['output']} (from {entry['path']}) carries no dump layout: "
                          "it was written before relabel export existed; rerun `relabel run --overwrite` on the dumps")
-    return Part(entry["path"], entry["output"], record)
+    return Part(entry["path"], entry["output"], layout)
 
 
 def _batches_of(input_dir: str, part: Part):
     """(batch key, rollout id, rows of the part (None: all), row count) for each batch of the part's rows."""
-    if part.record is not None:  # a dump: one batch
-        rollout_id = dump_record.top_level(part.record).get("rollout_id")
+    if part.layout is not None:  # a dump: one batch
+        rollout_id = dump_layout.top_level(part.layout).get("rollout_id")
         yield (f"file={part.path}", rollout_id if _is_int(rollout_id) else None, None,
-               len(dump_record.kept_rows(part.record)))
+               len(dump_layout.kept_rows(part.layout)))
         return
     with filesystem.open_read(filesystem.join(input_dir, part.output)) as handle:
         parquet = pq.ParquetFile(handle)
@@ -175,7 +175,7 @@ def _losses(input_dir: str, manifest: dict, batches: dict[str, Batch]) -> list[B
     only_lost: dict[str, Batch] = {}
     for kind in ("dead", "filtered"):
         records = []
-        for path in _record_files(input_dir, manifest["dead_letters" if kind == "dead" else "filtered"]):
+        for path in _excluded_files(input_dir, manifest["dead_letters" if kind == "dead" else "filtered"]):
             with filesystem.open_read(path) as handle:
                 records += pq.read_table(handle, columns=["source", "row", "batch", "reason"]).to_pylist()
         for record in records:
@@ -187,7 +187,7 @@ def _losses(input_dir: str, manifest: dict, batches: dict[str, Batch]) -> list[B
     return list(only_lost.values())
 
 
-def _record_files(input_dir: str, section: dict | None) -> list[str]:
+def _excluded_files(input_dir: str, section: dict | None) -> list[str]:
     """dead_letters.parquet (relabel run), or the per-input files under dead_letters/ (relabel watch)."""
     name = (section or {}).get("file")
     if not name:
@@ -252,9 +252,9 @@ def build_dump(input_dir: str, batch: Batch, to: str, read=None) -> dict:
         if rows is not None:
             table = table.take(pa.array(rows, pa.int64()))
         columns = {name: table.column(name).to_pylist() for name in table.column_names}
-        if part.record is not None:
-            restored = dump_record.restore_samples(part.record, columns)
-            top = dump_record.top_level(part.record)
+        if part.layout is not None:
+            restored = dump_layout.restore_samples(part.layout, columns)
+            top = dump_layout.top_level(part.layout)
         else:
             restored = [_parquet_sample(columns, i) for i in range(table.num_rows)]
         for i, sample in enumerate(restored):
@@ -300,12 +300,12 @@ def _kept_group_sizes(metadata: dict, batch: Batch) -> dict:
     """miles' metadata, its prompt_group_sizes counting only the rows exported (a group may drop to 0)."""
     sizes = metadata.get("prompt_group_sizes")
     part, rows = batch.parts[0]
-    if not isinstance(sizes, list) or part.record is None or "kept" not in part.record:
+    if not isinstance(sizes, list) or part.layout is None or "kept" not in part.layout:
         return metadata
-    if sum(sizes) != part.record["rows"]:
+    if sum(sizes) != part.layout["rows"]:
         return metadata
     group_of = [g for g, size in enumerate(sizes) for _ in range(size)]
-    kept = Counter(group_of[row] for row in part.record["kept"])
+    kept = Counter(group_of[row] for row in part.layout["kept"])
     return dict(metadata, prompt_group_sizes=[kept.get(g, 0) for g in range(len(sizes))])
 
 

@@ -22,7 +22,7 @@ from operator import attrgetter, itemgetter
 
 import numpy as np
 
-from rollout_relabel.transforms.core.reasons import CODE
+from rollout_relabel.transforms.core.reasons import CODE, Reason
 from rollout_relabel.transforms.core.types import CoreInput
 
 # A response longer than this is not a real rollout; building its mask would exhaust memory.
@@ -74,8 +74,12 @@ class SampleRows:
     details: dict[int, str]     # row -> the text of its problem
 
 
-def rows_from_samples(samples, reward_key: str | None = None) -> SampleRows:
+def rows_from_samples(samples, reward_key: str | None = None, reward_keys: tuple[str, ...] | None = None,
+                      reward_weights: tuple[float, ...] | None = None) -> SampleRows:
     """The core's input for one batch of Sample-like objects (attributes as slime / miles Sample has them).
+
+    reward_key: the reward is a dict, use this field. reward_keys / reward_weights: the reward is a dict,
+    its value the weighted sum of these fields (all weights 1 when not given), each field kept for gdpo.
 
     Cost: one sum() over each loss mask (the trainer's own rollout_mask_sums does the same), the rest
     C-level passes over the attributes and numpy.
@@ -83,14 +87,24 @@ def rows_from_samples(samples, reward_key: str | None = None) -> SampleRows:
     n = len(samples)
     flag = _Problems(n)
     fields = _typed_fields(samples, flag)
+    parts = None
     if n and not hasattr(samples[0], "reward") and not any(hasattr(s, "reward") for s in samples):
-        flag(range(n), "missing-column", lambda i: "the file has no `reward` column")
+        flag(range(n), Reason.MISSING_COLUMN, lambda i: "the file has no `reward` column")
         reward = np.zeros(n)
-    else:
+        parts = None if reward_keys is None else np.full((n, len(reward_keys)), np.nan)
+    elif reward_keys is None:
         reward = _reward_values(_field(samples, "reward"), reward_key, flag)
+    else:  # as slim.py's _reward_parts and _weighted_sum
+        parts = _reward_parts(_field(samples, "reward"), reward_keys, flag)
+        reward = _weighted_sum(parts, reward_weights or (1.0,) * len(reward_keys), reward_keys, flag)
+        flag(np.flatnonzero(np.isfinite(reward) & (np.abs(reward) > FLOAT32_MAX)), Reason.VALUE_TOO_LARGE,
+             lambda i: f"reward {reward[i]!r} does not fit float32 (largest {FLOAT32_MAX:.6g})")
     trainable = _trainable_tokens(fields, flag)
     reward = np.where(flag.problem == 0, reward, 0.0)
-    return SampleRows(_core_input(fields, reward, trainable, flag.problem), reward, flag.details)
+    core = _core_input(fields, reward, trainable, flag.problem)
+    if parts is not None:
+        core.reward_parts = np.ascontiguousarray(np.where((flag.problem == 0)[:, None], parts, 0.0).T)
+    return SampleRows(core, reward, flag.details)
 
 
 class _Problems:
@@ -133,7 +147,7 @@ def _typed_fields(samples, flag: _Problems) -> _Fields:
     for name in FIELD_ORDER:
         if name == "loss_mask":
             if mask_kind is not None:
-                flag(range(n), "ill-typed-column",
+                flag(range(n), Reason.ILL_TYPED_COLUMN,
                      lambda i: ill_typed_text("loss_mask", mask_kind, "a list of integers"))
                 has_mask[:] = False
                 mask_len, mask_sum, nulls = (np.zeros(n, dtype=np.int64) for _ in range(3))
@@ -142,7 +156,7 @@ def _typed_fields(samples, flag: _Problems) -> _Fields:
             kinds = _kinds(removes)
             kind = arrow_type(removes, kinds)
             if kind not in ("bool", "null"):
-                flag(range(n), "ill-typed-column",
+                flag(range(n), Reason.ILL_TYPED_COLUMN,
                      lambda i, kind=kind: ill_typed_text("remove_sample", kind, "booleans"))
             elif kind == "bool":
                 remove = np.array(removes if type(None) not in kinds else [r is True for r in removes], dtype=bool)
@@ -153,7 +167,8 @@ def _typed_fields(samples, flag: _Problems) -> _Fields:
         if kind == "double" and _integral(values):
             values = [None if v is None else int(v) for v in values]
         elif kind not in ("int64", "null"):
-            flag(range(n), "ill-typed-column", lambda i, name=name, kind=kind: ill_typed_text(name, kind, "integers"))
+            flag(range(n), Reason.ILL_TYPED_COLUMN,
+                 lambda i, name=name, kind=kind: ill_typed_text(name, kind, "integers"))
             kind = "null"
         ints[name] = _int_array(values, kinds, absent=kind == "null")
     return _Fields(ints, remove, has_mask, mask_len, mask_sum, nulls)
@@ -165,12 +180,13 @@ def _trainable_tokens(fields: _Fields, flag: _Problems) -> np.ndarray:
     mask_len, has_mask, nulls = fields.mask_len, fields.has_mask, fields.nulls
     response_length, given = fields.ints["response_length"]
     length = np.where(given, response_length, mask_len)
-    flag(np.flatnonzero(given & (length < 0)), "negative-length", lambda i: negative_length_text(length[i]))
+    flag(np.flatnonzero(given & (length < 0)), Reason.NEGATIVE_LENGTH, lambda i: negative_length_text(length[i]))
     flag(np.flatnonzero((length > MAX_RESPONSE_TOKENS) | (mask_len > MAX_RESPONSE_TOKENS)),
-         "value-too-large", lambda i: too_large_text(max(length[i], mask_len[i])))
-    flag(np.flatnonzero(has_mask & given & (mask_len != length)), "mask-length",
+         Reason.VALUE_TOO_LARGE, lambda i: too_large_text(max(length[i], mask_len[i])))
+    flag(np.flatnonzero(has_mask & given & (mask_len != length)), Reason.MASK_LENGTH,
          lambda i: mask_length_text(mask_len[i], length[i]))
-    flag(np.flatnonzero(has_mask & (nulls > 0)), "null-mask-value", lambda i: null_mask_text(nulls[i], mask_len[i]))
+    flag(np.flatnonzero(has_mask & (nulls > 0)), Reason.NULL_MASK_VALUE,
+         lambda i: null_mask_text(nulls[i], mask_len[i]))
     return np.where(fields.remove, 0, np.where(has_mask, fields.mask_sum, np.maximum(length, 0))).astype(np.int64)
 
 
@@ -195,11 +211,20 @@ def _core_input(fields: _Fields, reward: np.ndarray, trainable: np.ndarray, prob
 
 
 def _field(samples, name) -> list:
-    """Every sample's attribute `name` (None where a sample has none)."""
+    """Every sample's attribute `name` (None where a sample has none), numpy scalars as Python numbers."""
     try:
-        return list(map(attrgetter(name), samples))
+        values = list(map(attrgetter(name), samples))
     except AttributeError:
-        return [getattr(s, name, None) for s in samples]
+        values = [getattr(s, name, None) for s in samples]
+    return _plain(values)
+
+
+def _plain(values) -> list:
+    """numpy scalars (a reward function's np.float64, an np.int64 index) as the Python numbers they hold:
+    Arrow reads them so, and so does `relabel run` once the samples are saved as a dump."""
+    if any(issubclass(kind, np.generic) for kind in set(map(type, values))):
+        return [v.item() if isinstance(v, np.generic) else v for v in values]
+    return values
 
 
 def _kinds(values) -> set:
@@ -252,7 +277,7 @@ def _mask_stats(masks):
                 continue
         if type(total) is not int or (mask and type(mask[0]) is bool):
             odd = True
-        sums[i] = total
+        sums[i] = int(total) if isinstance(total, np.integer) else total
     kind = arrow_type(masks) if odd else None
     stats = (np.array(lengths, dtype=np.int64), np.array([s if type(s) is int else 0 for s in sums], dtype=np.int64),
              np.array(nulls, dtype=np.int64))
@@ -273,38 +298,82 @@ def _reward_values(rewards, reward_key, flag) -> np.ndarray:
     kind = arrow_type(rewards, _kinds(rewards))
     if reward_key is None:
         if kind not in ("int64", "double"):
-            flag(everyone, "non-numeric-reward", lambda i: reward_type_text(kind, None))
+            flag(everyone, Reason.NON_NUMERIC_REWARD, lambda i: reward_type_text(kind, None))
             return np.zeros(n)
         values = rewards
     elif kind.startswith("struct<"):
         names = list(dict.fromkeys(k for r in rewards if r is not None for k in r))
         if reward_key not in names:
-            flag(everyone, "missing-reward-key",
+            flag(everyone, Reason.MISSING_REWARD_KEY,
                  lambda i: f"reward struct has no field {reward_key!r} (fields: {', '.join(names)})")
             return np.zeros(n)
-        values = [None if r is None else r.get(reward_key) for r in rewards]
-        flag([i for i in everyone if rewards[i] is not None and values[i] is None], "missing-reward-key",
+        values = _plain([None if r is None else r.get(reward_key) for r in rewards])
+        flag([i for i in everyone if rewards[i] is not None and values[i] is None], Reason.MISSING_REWARD_KEY,
              lambda i: f"reward[{reward_key!r}] is null")
         inner = arrow_type(values)
         if inner not in ("int64", "double"):
-            flag(everyone, "non-numeric-reward", lambda i: f"reward[{reward_key!r}] has type {inner}")
+            flag(everyone, Reason.NON_NUMERIC_REWARD, lambda i: f"reward[{reward_key!r}] has type {inner}")
             return np.zeros(n)
     else:
-        flag(everyone, "missing-reward-key", lambda i: reward_type_text(kind, reward_key))
+        flag(everyone, Reason.MISSING_REWARD_KEY, lambda i: reward_type_text(kind, reward_key))
         return np.zeros(n)
     if None in values:
         numbers = np.array([math.nan if v is None else float(v) for v in values], dtype=np.float64)
-        flag([i for i, r in enumerate(rewards) if r is None], "non-numeric-reward", lambda i: "reward is null")
+        flag([i for i, r in enumerate(rewards) if r is None], Reason.NON_NUMERIC_REWARD, lambda i: "reward is null")
     else:
         numbers = np.array(values, dtype=np.float64)
     exact = [i for i, v in enumerate(values) if isinstance(v, int) and not isinstance(v, bool) and abs(v) > 2 ** 53]
-    flag(exact, "value-too-large",
+    flag(exact, Reason.VALUE_TOO_LARGE,
          lambda i: f"reward {values[i]} is an integer beyond 2**53: no float holds it exactly")
-    flag(np.flatnonzero(~np.isfinite(numbers)), "non-finite-reward", lambda i: f"reward is {numbers[i]}")
+    flag(np.flatnonzero(~np.isfinite(numbers)), Reason.NON_FINITE_REWARD, lambda i: f"reward is {numbers[i]}")
     # as slim.py: rewards and advantages are written as float32
-    flag(np.flatnonzero(np.isfinite(numbers) & (np.abs(numbers) > FLOAT32_MAX)), "value-too-large",
+    flag(np.flatnonzero(np.isfinite(numbers) & (np.abs(numbers) > FLOAT32_MAX)), Reason.VALUE_TOO_LARGE,
          lambda i: f"reward {numbers[i]!r} does not fit float32 (largest {FLOAT32_MAX:.6g})")
     return numbers
+
+
+def _reward_parts(rewards, keys, flag) -> np.ndarray:
+    """float64 [n, K]: each reward_keys field of dict rewards (NaN where unusable, flagged), as slim.py."""
+    n = len(rewards)
+    parts = np.full((n, len(keys)), np.nan)
+    kind = arrow_type(rewards, _kinds(rewards))
+    null = np.array([r is None for r in rewards], dtype=bool)
+    if not kind.startswith("struct<"):
+        flag(np.flatnonzero(~null), Reason.MISSING_REWARD_KEY,
+             lambda i: f"--reward-keys {','.join(keys)} given but reward has type {kind}")
+        flag(np.flatnonzero(null), Reason.NON_NUMERIC_REWARD, lambda i: "reward is null")
+        return parts
+    names = list(dict.fromkeys(k for r in rewards if r is not None for k in r))
+    for j, key in enumerate(keys):
+        if key not in names:
+            flag(np.flatnonzero(~null), Reason.MISSING_REWARD_KEY,
+                 lambda i, key=key: f"reward struct has no field {key!r} (fields: {', '.join(names)})")
+            continue
+        values = _plain([None if r is None else r.get(key) for r in rewards])
+        absent = np.array([v is None for v in values], dtype=bool) & ~null
+        inner = arrow_type(values)
+        if inner not in ("int64", "double"):
+            flag(np.flatnonzero(~null & ~absent), Reason.MISSING_REWARD_KEY,
+                 lambda i, key=key, inner=inner: f"reward[{key!r}] has type {inner}, not a number")
+        else:
+            parts[:, j] = [math.nan if v is None else float(v) for v in values]
+        flag(np.flatnonzero(absent), Reason.MISSING_REWARD_KEY, lambda i, key=key: f"reward[{key!r}] is null")
+    flag(np.flatnonzero(null), Reason.NON_NUMERIC_REWARD, lambda i: "reward is null")
+    bad = ~np.isfinite(parts)
+    flag(np.flatnonzero(bad.any(axis=1)), Reason.NON_FINITE_REWARD,
+         lambda i: "; ".join(f"reward[{keys[j]!r}] is {parts[i, j]}" for j in np.flatnonzero(bad[i])))
+    return parts
+
+
+def _weighted_sum(parts, weights, keys, flag) -> np.ndarray:
+    """The reward value under reward_keys: sum of w_j * reward[K_j], added in key order (float64)."""
+    total = np.zeros(parts.shape[0])
+    with np.errstate(all="ignore"):  # an overflow is flagged below
+        for j, weight in enumerate(weights):
+            total += weight * parts[:, j]
+    flag(np.flatnonzero(~np.isfinite(total)), Reason.NON_FINITE_REWARD,
+         lambda i: f"the weighted sum of reward[{', '.join(map(repr, keys))}] is {total[i]}")
+    return total
 
 
 def _integral(values) -> bool:
@@ -327,9 +396,9 @@ def _scalar_name(kinds) -> str:
 
 def arrow_type(values, kinds: set | None = None) -> str:
     """The name of the type pa.array(values) gives, with samples.py's rule: a column Arrow cannot type
-    (mixed kinds, an empty struct) is JSON text, "string". Covers scalars, dicts and lists.
-    kinds: set(map(type, values)) when the caller has it."""
-    kinds = (set(map(type, values)) if kinds is None else kinds) - {type(None)}
+    (mixed kinds, an empty struct) is JSON text, "string". Covers scalars, dicts and lists; numpy scalars
+    count as the Python numbers they hold. kinds: set(map(type, values)) when the caller has it."""
+    kinds = {_python_kind(k) for k in (set(map(type, values)) if kinds is None else kinds)} - {type(None)}
     if not kinds:
         return "null"
     if kinds <= set(_NAMES):
@@ -349,6 +418,13 @@ def arrow_type(values, kinds: set | None = None) -> str:
             return "string"
         return f"list<item: {item}>"
     return "string"
+
+
+def _python_kind(kind: type) -> type:
+    if issubclass(kind, np.generic):
+        return bool if issubclass(kind, np.bool_) else int if issubclass(kind, np.integer) else (
+            float if issubclass(kind, np.floating) else kind)
+    return kind
 
 
 def _all_strings(values) -> bool:

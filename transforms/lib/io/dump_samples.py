@@ -9,8 +9,9 @@ import json
 
 import pyarrow as pa
 
+from rollout_relabel.transforms.core.reasons import Reason
 from rollout_relabel.transforms.lib.errors import BadFile
-from rollout_relabel.transforms.lib.export import dump_layout as dump_record
+from rollout_relabel.transforms.lib.export import dump_layout
 
 
 def samples_to_table(samples: list[dict], columns=None, dump: dict | None = None) -> pa.Table:
@@ -19,7 +20,7 @@ def samples_to_table(samples: list[dict], columns=None, dump: dict | None = None
     Rule for values Arrow cannot type (mixed types in one field, empty dicts,
     objects): the column is stored as JSON text, documented in README.
     dump: the whole dump the samples come from; given (and every column read), the table carries
-    the record that rebuilds the dump from its rows (dump_record.py) in its schema metadata.
+    the record that rebuilds the dump from its rows (dump_layout.py) in its schema metadata.
     """
     names: dict[str, None] = {}
     for sample in samples:
@@ -34,12 +35,12 @@ def samples_to_table(samples: list[dict], columns=None, dump: dict | None = None
     table = pa.table(arrays, names=wanted) if wanted else pa.table({}).append_column(
         "_empty", pa.nulls(len(samples))).drop(["_empty"])
     if dump is not None and columns is None:
-        table = dump_record.attach(table, dump_record.describe(dump, samples, table.schema, as_json))
+        table = dump_layout.attach(table, dump_layout.describe(dump, samples, table.schema, as_json))
     return table
 
 
 def _plain(value):
-    return value.tolist() if dump_record.is_tensor(value) else value
+    return value.tolist() if dump_layout.is_tensor(value) else value
 
 
 def _to_arrow(values: list) -> tuple[pa.Array, bool]:
@@ -54,7 +55,7 @@ def _to_arrow(values: list) -> tuple[pa.Array, bool]:
         return pa.array([None if v is None else json.dumps(v, sort_keys=True, default=str) for v in values],
                         pa.string()), True
     except (RecursionError, ValueError) as error:
-        raise BadFile("unreadable-file", f"a value is nested too deeply to store: {error}") from error
+        raise BadFile(Reason.UNREADABLE_FILE, f"a value is nested too deeply to store: {error}") from error
 
 
 MAX_NESTING = 16  # Parquet readers choke on deeper schemas; deeper values are stored as JSON text

@@ -7,6 +7,7 @@ import re
 import warnings
 from dataclasses import dataclass
 
+from rollout_relabel.transforms.core.reasons import Reason
 from rollout_relabel.transforms.lib.errors import MissingInput, UsageError
 from rollout_relabel.transforms.lib.io import filesystem
 from rollout_relabel.transforms.lib.io.readers import ROLLOUT_SUFFIXES
@@ -23,7 +24,7 @@ class InputFile:
     mtime: float
     problem: str | None = None  # why the file cannot be read at all, found while listing (dead-lettered whole)
 
-    def record(self) -> dict:
+    def entry(self) -> dict:
         record = {"path": self.path, "output": self.output, "size": self.size, "mtime": self.mtime}
         return dict(record, problem=self.problem) if self.problem else record
 
@@ -111,7 +112,7 @@ def _nameable(path: str) -> tuple[str, str | None]:
         return path, None
     except UnicodeEncodeError:
         shown = path.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
-        return shown, "unreadable-file"
+        return shown, Reason.UNREADABLE_FILE
 
 
 def identity(path: str) -> str:

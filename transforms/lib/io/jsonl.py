@@ -15,6 +15,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.json as pajson
 
+from rollout_relabel.transforms.core.reasons import Reason
 from rollout_relabel.transforms.lib.errors import BadFile
 
 # schema metadata naming the rows whose line was not a JSON object ({row: why})
@@ -47,7 +48,7 @@ def read_jsonl(path: str, raw: bytes, columns=None, max_bytes: int | None = None
     if path.lower().endswith(".gz"):
         raw = _gunzip(path, raw, max_bytes)
     if not raw.strip():
-        raise BadFile("empty-file", f"{path}: file is empty (no JSON lines)")
+        raise BadFile(Reason.EMPTY_FILE, f"{path}: file is empty (no JSON lines)")
     deep = _too_deep(raw)
     table = malformed = None
     if not deep:
@@ -67,7 +68,7 @@ def read_jsonl(path: str, raw: bytes, columns=None, max_bytes: int | None = None
         table, malformed = _read_line_by_line(path, raw, deep, huge)
     twice = sorted({n for n in table.column_names if table.column_names.count(n) > 1})
     if twice:
-        raise BadFile("duplicate-column", f"{path}: column name(s) {', '.join(map(repr, twice))} appear more "
+        raise BadFile(Reason.DUPLICATE_COLUMN, f"{path}: column name(s) {', '.join(map(repr, twice))} appear more "
                                           "than once")
     if columns is not None:
         table = table.select([c for c in dict.fromkeys(columns) if c in table.column_names])
@@ -85,11 +86,11 @@ def _gunzip(path: str, raw: bytes, max_bytes: int | None) -> bytes:
             while piece := handle.read(1 << 26):  # pieces: a read of the whole limit would reserve it
                 total += len(piece)
                 if max_bytes is not None and total > max_bytes:
-                    raise BadFile("file-too-large", f"{path}: decompressed, it is over the {max_bytes}-byte "
+                    raise BadFile(Reason.FILE_TOO_LARGE, f"{path}: decompressed, it is over the {max_bytes}-byte "
                                                     "limit (--max-file-bytes)")
                 pieces.append(piece)
     except (OSError, EOFError, zlib.error) as error:
-        raise BadFile("unreadable-file", f"{path}: not a readable gzip file: {error}") from error
+        raise BadFile(Reason.UNREADABLE_FILE, f"{path}: not a readable gzip file: {error}") from error
     return b"".join(pieces)
 
 
@@ -287,7 +288,7 @@ def _column(path: str, name: str, values: list) -> pa.Array:
     except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, OverflowError) as error:
         if present and all(isinstance(v, (dict, list)) for v in present):
             return pa.array([None if v is None else json.dumps(v) for v in values], pa.string())
-        raise BadFile("ill-typed-column", f"{path}: the lines' fields do not share one type each: column "
+        raise BadFile(Reason.ILL_TYPED_COLUMN, f"{path}: the lines' fields do not share one type each: column "
                                           f"{name!r}: {error}") from error
 
 

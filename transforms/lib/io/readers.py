@@ -13,6 +13,7 @@ import stat
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from rollout_relabel.transforms.core.reasons import Reason
 from rollout_relabel.transforms.lib.errors import BadFile, InputChanged
 from rollout_relabel.transforms.lib.io import filesystem
 from rollout_relabel.transforms.lib.io.dump_samples import samples_to_table
@@ -35,7 +36,7 @@ def file_format(path: str) -> str:
         return "parquet"
     if lower.endswith(JSONL_SUFFIXES):
         return "jsonl"
-    raise BadFile("unreadable-file", f"{path}: unknown file type (expected .pt, .parquet, .jsonl or .jsonl.gz)")
+    raise BadFile(Reason.UNREADABLE_FILE, f"{path}: unknown file type (expected .pt, .parquet, .jsonl or .jsonl.gz)")
 
 
 def read_input(record: dict, columns=None, max_bytes: int = DEFAULT_MAX_FILE_BYTES,
@@ -51,7 +52,7 @@ def read_input(record: dict, columns=None, max_bytes: int = DEFAULT_MAX_FILE_BYT
         raise BadFile(record["problem"], f"{path}: its name is not valid UTF-8; rename the file to relabel it")
     check_regular(path)
     if record["size"] > max_bytes:
-        raise BadFile("file-too-large", f"{path}: {record['size']} bytes is over the {max_bytes}-byte limit "
+        raise BadFile(Reason.FILE_TOO_LARGE, f"{path}: {record['size']} bytes is over the {max_bytes}-byte limit "
                                         "(--max-file-bytes)")
     table, metadata = read_table(path, columns, use_threads, max_bytes)
     _check_unchanged(record)
@@ -65,11 +66,11 @@ def check_regular(path: str) -> None:
     try:
         mode = os.stat(path).st_mode
     except OSError as error:
-        raise BadFile("unreadable-file", f"{path}: cannot be read: {error}") from error
+        raise BadFile(Reason.UNREADABLE_FILE, f"{path}: cannot be read: {error}") from error
     if not stat.S_ISREG(mode):
         kind = ("a FIFO" if stat.S_ISFIFO(mode) else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode)
                 else "a socket" if stat.S_ISSOCK(mode) else "a directory" if stat.S_ISDIR(mode) else "special")
-        raise BadFile("unreadable-file", f"{path}: not a regular file ({kind}); only regular files are read")
+        raise BadFile(Reason.UNREADABLE_FILE, f"{path}: not a regular file ({kind}); only regular files are read")
 
 
 def _check_unchanged(record: dict) -> None:
@@ -94,7 +95,7 @@ def read_table(path: str, columns=None, use_threads: bool = True,
     if file_format(path) == "pt":
         raw = _read_bytes(path)
         if not raw:
-            raise BadFile("empty-file", f"{path}: file is empty (0 bytes)")
+            raise BadFile(Reason.EMPTY_FILE, f"{path}: file is empty (0 bytes)")
         return _read_pt(path, raw, columns)
     if file_format(path) == "jsonl":
         return read_jsonl(path, _read_bytes(path), columns, max_bytes), {"step": None, "prompt_group_sizes": None}
@@ -106,7 +107,7 @@ def _read_bytes(path: str) -> bytes:
         with filesystem.open_read(path) as handle:
             return handle.read()
     except Exception as error:  # noqa: BLE001 - any I/O failure makes the file unreadable
-        raise BadFile("unreadable-file", f"{path}: cannot be read: {error}") from error
+        raise BadFile(Reason.UNREADABLE_FILE, f"{path}: cannot be read: {error}") from error
 
 
 def _read_parquet(path, columns, use_threads=True):
@@ -114,25 +115,25 @@ def _read_parquet(path, columns, use_threads=True):
     try:
         handle = filesystem.open_read(path)
     except Exception as error:  # noqa: BLE001 - any I/O failure makes the file unreadable
-        raise BadFile("unreadable-file", f"{path}: cannot be read: {error}") from error
+        raise BadFile(Reason.UNREADABLE_FILE, f"{path}: cannot be read: {error}") from error
     with handle:
         if handle.seek(0, io.SEEK_END) == 0:
-            raise BadFile("empty-file", f"{path}: file is empty (0 bytes)")
+            raise BadFile(Reason.EMPTY_FILE, f"{path}: file is empty (0 bytes)")
         handle.seek(0)
         try:
             parquet = pq.ParquetFile(handle)
             present = parquet.schema_arrow.names
             wanted = None if columns is None else [c for c in columns if c in present]
         except Exception as error:  # noqa: BLE001
-            raise BadFile("unreadable-file", f"{path}: not a readable Parquet file: {error}") from error
+            raise BadFile(Reason.UNREADABLE_FILE, f"{path}: not a readable Parquet file: {error}") from error
         twice = sorted({n for n in present if present.count(n) > 1})
         if twice:  # which of the two is meant cannot be decided, and the output could not be written
-            raise BadFile("duplicate-column", f"{path}: column name(s) {', '.join(map(repr, twice))} appear more "
+            raise BadFile(Reason.DUPLICATE_COLUMN, f"{path}: column name(s) {', '.join(map(repr, twice))} appear more "
                                               "than once")
         try:
             return parquet.read(columns=wanted, use_threads=use_threads)
         except Exception as error:  # noqa: BLE001
-            raise BadFile("unreadable-file", f"{path}: not a readable Parquet file: {error}") from error
+            raise BadFile(Reason.UNREADABLE_FILE, f"{path}: not a readable Parquet file: {error}") from error
 
 
 def _read_pt(path, raw, columns):
@@ -142,30 +143,30 @@ def _read_pt(path, raw, columns):
         dump = torch.load(io.BytesIO(raw), map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as error:
         if _looks_like(raw):
-            raise BadFile("unreadable-file", f"{path}: {_looks_like(raw)}, not a .pt dump") from error
+            raise BadFile(Reason.UNREADABLE_FILE, f"{path}: {_looks_like(raw)}, not a .pt dump") from error
         if "weights_only" in str(error).lower() or "unsupported global" in str(error).lower():
-            raise BadFile("unsafe-pickle",
+            raise BadFile(Reason.UNSAFE_PICKLE,
                           f"{path}: refused: the dump needs arbitrary unpickling, which could run code "
                           f"({str(error).splitlines()[0]})") from error
-        raise BadFile("unreadable-file", f"{path}: corrupt or truncated .pt: {error}") from error
+        raise BadFile(Reason.UNREADABLE_FILE, f"{path}: corrupt or truncated .pt: {error}") from error
     except Exception as error:  # noqa: BLE001
         if _looks_like(raw):
-            raise BadFile("unreadable-file", f"{path}: {_looks_like(raw)}, not a .pt dump") from error
-        raise BadFile("unreadable-file", f"{path}: corrupt or truncated .pt: {error}") from error
+            raise BadFile(Reason.UNREADABLE_FILE, f"{path}: {_looks_like(raw)}, not a .pt dump") from error
+        raise BadFile(Reason.UNREADABLE_FILE, f"{path}: corrupt or truncated .pt: {error}") from error
     if not isinstance(dump, dict) or not isinstance(dump.get("samples"), list):
-        raise BadFile("unreadable-file", f"{path}: not a rollout dump (expected a dict with a 'samples' list)")
+        raise BadFile(Reason.UNREADABLE_FILE, f"{path}: not a rollout dump (expected a dict with a 'samples' list)")
     samples = dump["samples"]
     if not all(isinstance(s, dict) for s in samples):
-        raise BadFile("unreadable-file", f"{path}: 'samples' must be a list of dicts (Sample.to_dict())")
+        raise BadFile(Reason.UNREADABLE_FILE, f"{path}: 'samples' must be a list of dicts (Sample.to_dict())")
     for position, sample in enumerate(samples):
         odd = next((key for key in sample if not isinstance(key, str)), None)
         if odd is not None:
-            raise BadFile("ill-typed-column", f"{path}: sample {position} has a non-string key {odd!r}")
+            raise BadFile(Reason.ILL_TYPED_COLUMN, f"{path}: sample {position} has a non-string key {odd!r}")
     metadata = dump.get("metadata") or {}
     sizes = metadata.get("prompt_group_sizes") if isinstance(metadata, dict) else None
     if sizes is not None and not (isinstance(sizes, (list, tuple)) and all(
             isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in sizes)):
-        raise BadFile("group-sizes-mismatch", f"{path}: metadata prompt_group_sizes is {sizes!r}; expected a list "
+        raise BadFile(Reason.GROUP_SIZES_MISMATCH, f"{path}: metadata prompt_group_sizes is {sizes!r}; expected a list "
                                               "of non-negative integers")
     step = dump.get("rollout_id")
     try:

@@ -11,7 +11,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from rollout_relabel.transforms.core.reasons import CODE
+from rollout_relabel.transforms.core.reasons import CODE, Reason
 from rollout_relabel.transforms.lib.errors import BadFile
 from rollout_relabel.transforms.lib.hooks.sample_core import ill_typed_text
 
@@ -19,6 +19,10 @@ INTEGER_COLUMNS = ("step", "group_index", "index", "rollout_id", "response_lengt
 # Keys: integers, or any value that can be told apart as text (a uid, a task id, the prompt itself)
 KEY_COLUMNS = ("group_index", "index", "rollout_id")
 INT64_MAX = 2 ** 63 - 1
+
+
+def _is_list(kind) -> bool:
+    return pa.types.is_list(kind) or pa.types.is_large_list(kind)
 
 
 def usable_columns(table, source, problem, details):
@@ -36,7 +40,7 @@ def usable_columns(table, source, problem, details):
         if name in KEY_COLUMNS:
             keys = key_column(column)
             if keys is None:
-                flag(problem, details, np.ones(table.num_rows, dtype=bool), "ill-typed-column",
+                flag(problem, details, np.ones(table.num_rows, dtype=bool), Reason.ILL_TYPED_COLUMN,
                      lambda i, name=name, kind=column.type: ill_typed_text(name, kind, "integers or strings"))
                 table = table.drop_columns([name])
             elif keys is not column:
@@ -45,13 +49,18 @@ def usable_columns(table, source, problem, details):
         if name in INTEGER_COLUMNS and pa.types.is_uint64(column.type) and pc.max(column).as_py() is not None \
                 and pc.max(column).as_py() > INT64_MAX:
             # a key beyond int64 cannot be told from others: its group, so its batch, is unknown
-            raise BadFile("value-too-large", f"{source}: `{name}` holds {pc.max(column).as_py()}, beyond the "
+            raise BadFile(Reason.VALUE_TOO_LARGE, f"{source}: `{name}` holds {pc.max(column).as_py()}, beyond the "
                                              "int64 range")
         if name in INTEGER_COLUMNS and not pa.types.is_integer(column.type):
             if pa.types.is_floating(column.type) and integral(column):
                 table = table.set_column(table.column_names.index(name), name, pc.cast(column, pa.int64()))
                 continue
             expected = "integers"
+        elif name == "loss_mask" and _is_list(column.type) and pa.types.is_null(column.type.value_type):
+            # every mask empty (or all its values null): Arrow infers list<null>; as integers, nulls kept
+            kind = pa.large_list(pa.int64()) if pa.types.is_large_list(column.type) else pa.list_(pa.int64())
+            table = table.set_column(table.column_names.index(name), name, pc.cast(column, kind))
+            continue
         elif name == "loss_mask" and not ((pa.types.is_list(column.type) or pa.types.is_large_list(column.type))
                                           and pa.types.is_integer(column.type.value_type)):
             expected = "a list of integers"
@@ -64,8 +73,8 @@ def usable_columns(table, source, problem, details):
             expected = "strings"
         if expected:
             if name == "step":
-                raise BadFile("ill-typed-column", f"{source}: `step` has type {column.type}, expected integers")
-            flag(problem, details, np.ones(table.num_rows, dtype=bool), "ill-typed-column",
+                raise BadFile(Reason.ILL_TYPED_COLUMN, f"{source}: `step` has type {column.type}, expected integers")
+            flag(problem, details, np.ones(table.num_rows, dtype=bool), Reason.ILL_TYPED_COLUMN,
                   lambda i, name=name, kind=column.type, expected=expected: ill_typed_text(name, kind, expected))
             table = table.drop_columns([name])
     return table
@@ -123,14 +132,6 @@ def int_column(table, name):
     if name not in table.column_names:
         return None
     return fill(pc.cast(table.column(name), pa.int64()), 0).astype(np.int64)
-
-
-def optional_int(table, name):
-    n = table.num_rows
-    if name not in table.column_names:
-        return np.zeros(n, dtype=np.int64), np.zeros(n, dtype=bool)
-    column = pc.cast(table.column(name), pa.int64())
-    return fill(column, 0).astype(np.int64), np.asarray(column.is_valid())
 
 
 def bool_column(table, name):

@@ -7,10 +7,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from rollout_relabel.transforms.core.reasons import CODE, REASONS
+from rollout_relabel.transforms.core.reasons import CODE, REASONS, Reason
 
-BATCH_REASONS = ("partial-group-index", "group-sizes-mismatch", "batch-size-not-multiple",
-                 "missing-n-samples-per-prompt")
+BATCH_REASONS = (Reason.PARTIAL_GROUP_INDEX, Reason.GROUP_SIZES_MISMATCH, Reason.BATCH_SIZE_NOT_MULTIPLE,
+                 Reason.MISSING_N_SAMPLES_PER_PROMPT)
 
 
 @dataclass(frozen=True)
@@ -50,13 +50,13 @@ def dead_messages(dead_rows, dead_code, batch: BatchRows, config, estimator: Est
     for i in np.flatnonzero(row_problem != 0):
         first_bad_in_group.setdefault(prompt_group[i], i)
     units_of_group = {}  # the estimators' reasons name the group's units (mainstream rows), only for them
-    named = {CODE["passk-singleton-group"], CODE["missing-baseline"]}
+    named = {CODE[Reason.PASSK_SINGLETON_GROUP], CODE[Reason.MISSING_BASELINE]}
     if mainstream is not None and named & set(dead_code[dead_rows].tolist()):
         dead_groups = set(prompt_group[dead_rows].tolist())
         for j in np.flatnonzero(mainstream):
             if prompt_group[j] in dead_groups:
                 units_of_group.setdefault(prompt_group[j], []).append(j)
-    too_few = dead_code == CODE["gdpo-too-few-tokens"]
+    too_few = dead_code == CODE[Reason.GDPO_TOO_FEW_TOKENS]
     too_few_tokens = int(np.asarray(trainable)[too_few].sum()) if trainable is not None and too_few.any() else 0
     messages = []
     for i in dead_rows:
@@ -67,28 +67,28 @@ def dead_messages(dead_rows, dead_code, batch: BatchRows, config, estimator: Est
         elif reason in BATCH_REASONS:
             messages.append(f"{reason}: the whole batch {batch_key} is dead-lettered: "
                             + batch_problem_text(reason, len(rows), config))
-        elif reason == "sibling-reward-mismatch":
+        elif reason == Reason.SIBLING_REWARD_MISMATCH:
             siblings = [j for j in np.flatnonzero(prompt_group == prompt_group[i]) if keys[j] == keys[i]]
             messages.append(f"{reason}: rollout {keys[i]} in {where} has rows {[int(rows[j]) for j in siblings]} "
                             f"with rewards {[float(reward[j]) for j in siblings]}; {config.semantics} "
                             "requires one shared reward per rollout")
-        elif reason == "non-finite-advantage":
+        elif reason == Reason.NON_FINITE_ADVANTAGE:
             size = int((prompt_group == prompt_group[i]).sum())
             why = ("a one-row group divided by std + 1e-6 is NaN, as in the original" if size == 1 else
                    f"its {size} rows' statistics overflow float32")
             messages.append(f"{reason}: {where} gives a non-finite advantage under {config.semantics} ({why})")
-        elif reason == "passk-singleton-group":
+        elif reason == Reason.PASSK_SINGLETON_GROUP:
             [j] = units_of_group.get(prompt_group[i], [i])
             messages.append(f"{reason}: {where} has one unit (row {rows[j]} of {source_of(j)}, reward "
                             f"{float(reward[j])!r}); grpo_passk needs two or more to take r_max - r_2nd")
-        elif reason == "missing-baseline":
+        elif reason == Reason.MISSING_BASELINE:
             bad = [j for j in units_of_group.get(prompt_group[i], [i]) if baselines is None or baselines[j] is None]
             j = bad[0] if bad else i
             messages.append(f"{reason}: {where} is dead-lettered because the baseline of its unit at row {rows[j]} "
                             f"of {source_of(j)} cannot be used: "
                             f"{details.get(int(j), f'{baseline_column!r} is missing')} "
                             f"({len(bad)} unit(s) of the group without a baseline; remax needs r - b)")
-        elif reason == "gdpo-too-few-tokens":
+        elif reason == Reason.GDPO_TOO_FEW_TOKENS:
             messages.append(f"{reason}: the whole batch {batch_key} is dead-lettered: its {int(too_few.sum())} "
                             f"row(s) left to write have {too_few_tokens} trainable token(s) in all; GDPO's "
                             "token-weighted whitening needs M >= 2 (it scales by M / (M - 1))")
@@ -100,11 +100,11 @@ def dead_messages(dead_rows, dead_code, batch: BatchRows, config, estimator: Est
 
 
 def batch_problem_text(reason, n, config) -> str:
-    if reason == "partial-group-index":
+    if reason == Reason.PARTIAL_GROUP_INDEX:
         return "some rows have group_index and some do not; group-index semantics never guesses"
-    if reason == "group-sizes-mismatch":
+    if reason == Reason.GROUP_SIZES_MISMATCH:
         return f"metadata prompt_group_sizes do not sum to the batch's {n} rows"
-    if reason == "batch-size-not-multiple":
+    if reason == Reason.BATCH_SIZE_NOT_MULTIPLE:
         return (f"{n} rows without group_index is not a multiple of "
                 f"n_samples_per_prompt={config.n_samples_per_prompt}")
     return "rows have no group_index and --n-samples-per-prompt is not set"

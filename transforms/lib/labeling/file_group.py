@@ -22,32 +22,32 @@ from rollout_relabel.transforms.lib.output import part_files
 from rollout_relabel.transforms.lib.output.dead_letters import split_by_source
 from rollout_relabel.transforms.lib.output.output_dir import stop_run
 from rollout_relabel.transforms.lib.output.part_files import FileOutcome
-from rollout_relabel.transforms.lib.output.records import FileRead
+from rollout_relabel.transforms.lib.output.stage_outputs import FileRead
 from rollout_relabel.transforms.lib.rescoring import rows, store
 from rollout_relabel.transforms.lib.worker import memory
 
-# record -> (its rows, its metadata); may raise BadFile
+# entry -> (its rows, its metadata); may raise BadFile
 Reader = Callable[[dict], tuple[pa.Table, dict]]
-# (an input's rows as read, its record) -> the rows as one labelling sees them (a side's own rewards)
+# (an input's rows as read, its entry) -> the rows as one labelling sees them (a side's own rewards)
 View = Callable[[pa.Table, dict], pa.Table]
 
 
 @dataclass(frozen=True)
 class Unreadable:
     """An input that cannot be used (unreadable, or its rows cannot be put in batches): BadFile's reason."""
-    record: dict
+    entry: dict
     reason: str
     message: str
 
     @property
     def source(self) -> str:
-        return self.record["path"]
+        return self.entry["path"]
 
 
 @dataclass(frozen=True)
 class SlimFile:
     """An input read: the rows read (the slim columns, or every column) and its slim rows by batch."""
-    record: dict
+    entry: dict
     table: pa.Table
     metadata: dict
     parts: list  # (batch key, slim table), as extract_slim gives them
@@ -55,55 +55,57 @@ class SlimFile:
 
     @property
     def source(self) -> str:
-        return self.record["path"]
+        return self.entry["path"]
 
     @property
     def prompt_group_sizes(self) -> list | None:
         return self.metadata["prompt_group_sizes"]
 
 
-def read_planned(record: dict, settings: RunSettings, columns=None, rescored: bool = True
+def read_planned(entry: dict, settings: RunSettings, columns=None, rescored: bool = True
                  ) -> tuple[pa.Table, dict]:
     """An input's rows, as the plan listed it (readers.read_input); a changed input stops the run.
 
     With rescoring, the rows carry the rewards the rescore stage recorded for them (rescored=False: as stored).
     """
     try:
-        table, metadata = read_input(record, columns, settings.max_file_bytes, use_threads=settings.parallel_decode)
+        table, metadata = read_input(entry, columns, settings.max_file_bytes, use_threads=settings.parallel_decode)
     except InputChanged as changed:
         raise stop_run(settings.output, changed) from None
     if settings.rescoring is not None and rescored:
-        table = with_new_rewards(table, record, settings)
+        table = with_new_rewards(table, entry, settings)
     return table, metadata
 
 
-def with_new_rewards(table: pa.Table, record: dict, settings: RunSettings) -> pa.Table:
+def with_new_rewards(table: pa.Table, entry: dict, settings: RunSettings) -> pa.Table:
     """The rewards the rescore stage recorded for this input, in place of the stored ones."""
-    answers = store.read_rows(settings.output, record["output"])
+    answers = store.read_rows(settings.output, entry["output"])
     if answers is None or answers.num_rows != table.num_rows:
-        raise RuntimeError(f"{record['path']}: the rescore stage recorded no rewards for its {table.num_rows} rows")
+        raise RuntimeError(f"{entry['path']}: the rescore stage recorded no rewards for its {table.num_rows} rows")
     return rows.apply(table, answers.column("value").to_pylist(), answers.column("error").to_pylist(),
                       rows.reward_column(settings.labeling))
 
 
-def read_slim(records: Iterable[dict], read: Reader, reward, view: View | None = None,
-              second_view: View | None = None) -> Iterator[SlimFile | Unreadable]:
-    """Each input read (read(record)) and split into slim per-batch rows, in the order given.
+def read_slim(entries: Iterable[dict], read: Reader, labeling, stored_advantage: str | None = None,
+              view: View | None = None, second_view: View | None = None) -> Iterator[SlimFile | Unreadable]:
+    """Each input read (read(entry)) and split into slim per-batch rows, in the order given (extract_slim's
+    labeling and stored_advantage).
 
     view: the rows as slimmed into `parts` (default: as read); second_view: a second slimming of the same
     rows, into `second_parts` (compare's side A under its own verifier, docs/rescoring.md). A BadFile from
     either makes the input Unreadable.
     """
-    for record in records:
+    for entry in entries:
         try:
-            table, metadata = read(record)
+            table, metadata = read(entry)
             second = (None if second_view is None
-                      else extract_slim(second_view(table, record), record["path"], reward))
-            parts = extract_slim(table if view is None else view(table, record), record["path"], reward)
+                      else extract_slim(second_view(table, entry), entry["path"], labeling, stored_advantage))
+            parts = extract_slim(table if view is None else view(table, entry), entry["path"], labeling,
+                                 stored_advantage)
         except BadFile as bad:
-            yield Unreadable(record, bad.reason, bad.message)
+            yield Unreadable(entry, bad.reason, bad.message)
             continue
-        yield SlimFile(record, table, metadata, parts, second)
+        yield SlimFile(entry, table, metadata, parts, second)
 
 
 class Buckets:
@@ -127,7 +129,7 @@ class Buckets:
 @dataclass
 class _Readable:
     """A read input waiting for its batches: what finish_file needs to write its training rows."""
-    record: dict
+    entry: dict
     lineage: dict
     complete: tuple[bool, int]
     table: pa.Table
@@ -142,16 +144,16 @@ def relabel_file_group(group: list[dict], settings: RunSettings, device, lineage
     order), then a FileOutcome per written input. A caller that raises on one (--fail-fast) stops the
     group there: nothing after it is written.
     """
-    reward = settings.labeling.reward_fields()
+    reward = settings.labeling
     siblings = part_files.batch_inputs(group)
     plans: dict[str, tuple[dict, tuple[bool, int]]] = {}  # source -> (its lineage, is_complete)
 
-    def read(record):
-        mine = part_files.file_lineage(lineage, record, siblings)
-        complete = part_files.is_complete(settings.output, record["output"], mine)
-        plans[record["path"]] = mine, complete
+    def read(entry):
+        mine = part_files.file_lineage(lineage, entry, siblings)
+        complete = part_files.is_complete(settings.output, entry["output"], mine)
+        plans[entry["path"]] = mine, complete
         # a complete output needs only the slim columns (to rebuild dead letters and counters)
-        return read_planned(record, settings, columns=slim_input_columns(reward) if complete[0] else None)
+        return read_planned(entry, settings, columns=slim_input_columns(reward) if complete[0] else None)
 
     readable: list[_Readable] = []
     buckets = Buckets()
@@ -160,8 +162,8 @@ def relabel_file_group(group: list[dict], settings: RunSettings, device, lineage
             yield item
             continue
         memory.release_free_memory(item.table.nbytes)  # Parquet decoding's scratch buffers
-        yield FileRead(item.source, item.table.num_rows, input=item.record)
-        readable.append(_Readable(dict(item.record, rows_in=item.table.num_rows), *plans[item.source],
+        yield FileRead(item.source, item.table.num_rows, input=item.entry)
+        readable.append(_Readable(dict(item.entry, rows_in=item.table.num_rows), *plans[item.source],
                                   item.table))
         buckets.add(item)
     item = None  # the last input's rows are held by `readable` only, and freed once written
@@ -183,16 +185,16 @@ def relabel_file_group(group: list[dict], settings: RunSettings, device, lineage
 
 def _write_file(done: _Readable, settings: RunSettings, results: dict, dead: dict, filtered: dict) -> FileOutcome:
     """One input's training rows, dead letters and filtered rows (finish_file), its rows then freed."""
-    record, source = done.record, done.record["path"]
+    entry, source = done.entry, done.entry["path"]
     table, done.table = done.table, None
-    if done.complete[0]:  # only the slim columns were read: every column is read again if its records need them
-        def full_table(r=record):
+    if done.complete[0]:  # only the slim columns were read: every column is read again if its entries need them
+        def full_table(r=entry):
             return read_planned(r, settings)[0]
     else:
         def full_table(t=table):
             return t
     outcome = part_files.finish_file(
-        record, full_table, part_files.concat(results.get(source, []), schemas.RESULT),
+        entry, full_table, part_files.concat(results.get(source, []), schemas.RESULT),
         part_files.concat(dead.get(source, []), schemas.DEAD_LETTERS),
         part_files.concat(filtered.get(source, []), schemas.DEAD_LETTERS),
         settings.output, done.lineage, done.complete, settings.labeling.columns)

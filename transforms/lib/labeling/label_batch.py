@@ -10,13 +10,13 @@ import pyarrow.compute as pc
 
 from rollout_relabel import schemas
 from rollout_relabel.transforms.core.advantages import compute_advantages
-from rollout_relabel.transforms.core.reasons import CODE, REASONS
+from rollout_relabel.transforms.core.reasons import CODE, REASONS, Reason
 from rollout_relabel.transforms.core.types import CoreInput
 from rollout_relabel.transforms.lib.labeling.columns import fill, flag
 from rollout_relabel.transforms.lib.labeling.dead_messages import BatchRows, EstimatorRows, dead_messages
 from rollout_relabel.transforms.lib.labeling.settings import Labeling
 from rollout_relabel.transforms.lib.output.dead_letters import records
-from rollout_relabel.transforms.lib.output.records import BatchCounts
+from rollout_relabel.transforms.lib.output.stage_outputs import BatchCounts
 
 
 @dataclass
@@ -67,7 +67,7 @@ def label_batch(batch_key: str, parts: list[tuple[str, pa.Table]], prompt_group_
     batch = _Rows.of(batch_key, parts)
     _flag_duplicate_rows(batch)
     n = batch.slim.num_rows
-    malformed = batch.problem == CODE["malformed-line"]
+    malformed = batch.problem == CODE[Reason.MALFORMED_LINE]
     positional = prompt_group_sizes is None and batch.slim.column("group_index").null_count == n
     if positional and malformed.any() and not malformed.all():
         return _without_malformed(batch, malformed, labeling, device)
@@ -95,7 +95,7 @@ def _flag_duplicate_rows(batch: _Rows) -> None:
     order = np.argsort(keys, kind="stable")
     duplicate = np.zeros(len(keys), dtype=bool)
     duplicate[order[1:]] = keys[order[1:]] == keys[order[:-1]]
-    flag(batch.problem, batch.details, duplicate, "duplicate-row",
+    flag(batch.problem, batch.details, duplicate, Reason.DUPLICATE_ROW,
          lambda i: f"row {batch.rows[i]} of {batch.source_of(i)} appears twice")
 
 
@@ -140,7 +140,7 @@ def _dead_records(batch: _Rows, out, reward: np.ndarray, rollout_key: pa.Array, 
 def _filtered_records(batch: _Rows, out, reward: np.ndarray, filtered_rows: np.ndarray) -> pa.Table:
     """The rows of uniform groups left out (--drop-uniform-groups), as records."""
     return records(batch.key, [batch.source_of(i) for i in filtered_rows], batch.rows[filtered_rows],
-                   ["uniform-group"] * len(filtered_rows),
+                   [Reason.UNIFORM_GROUP] * len(filtered_rows),
                    [f"prompt group {out.prompt_group[i]} of {batch.key}: every reward equals {reward[i]!r}"
                     for i in filtered_rows])
 
@@ -162,9 +162,9 @@ def _without_malformed(batch: _Rows, malformed: np.ndarray, labeling: Labeling, 
             for k, (source, table) in enumerate(batch.parts)]
     result = label_batch(batch.key, kept, None, labeling, device)
     bad = np.flatnonzero(malformed)
-    messages = [f"malformed-line: {batch.details.get(int(i), 'malformed-line')} (left out of {batch.key})"
+    messages = [f"malformed-line: {batch.details.get(int(i), Reason.MALFORMED_LINE)} (left out of {batch.key})"
                 for i in bad]
-    own = records(batch.key, [batch.source_of(i) for i in bad], batch.rows[bad], ["malformed-line"] * len(bad),
+    own = records(batch.key, [batch.source_of(i) for i in bad], batch.rows[bad], [Reason.MALFORMED_LINE] * len(bad),
                   messages)
     dead = pa.concat_tables([result.dead, own])
     order = pc.sort_indices(dead, sort_keys=[("source", "ascending"), ("row", "ascending")])

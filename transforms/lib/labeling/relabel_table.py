@@ -20,8 +20,8 @@ from rollout_relabel.transforms.lib.labeling.label_batch import label_batch
 from rollout_relabel.transforms.lib.labeling.settings import Labeling
 from rollout_relabel.transforms.lib.labeling.slim import extract_slim
 from rollout_relabel.transforms.lib.labeling.training_rows import training_rows
-from rollout_relabel.transforms.lib.output.dead_letters import file_dead_letter, sorted_records, with_row_json
-from rollout_relabel.transforms.lib.output.records import BatchCounts
+from rollout_relabel.transforms.lib.output.dead_letters import file_dead_letter, sorted_excluded, with_row_json
+from rollout_relabel.transforms.lib.output.stage_outputs import BatchCounts
 
 # The source named in dead letters (and in the batch key of a table without `step`) when rows come from no file.
 MEMORY_SOURCE = "<memory>"
@@ -42,7 +42,7 @@ def relabel_table(table: pa.Table, labeling: Labeling, source: str = MEMORY_SOUR
     prompt_group_sizes: the group sizes of a table that is one batch (a .pt dump's metadata).
     """
     try:
-        parts = extract_slim(table, source, labeling.reward_fields())  # --column, --reward-keys, ... too
+        parts = extract_slim(table, source, labeling)  # --column, --reward-keys, ... too
     except BadFile as bad:  # a null or non-integer step: as `relabel run` records an unusable file
         dead = file_dead_letter(source, bad.reason, bad.message)
         return TableResult(no_training_rows(table), dead, schemas.DEAD_LETTERS.empty_table(), [])
@@ -59,8 +59,8 @@ def relabel_table(table: pa.Table, labeling: Labeling, source: str = MEMORY_SOUR
         batches.append(batch.counters)
     return TableResult(
         training_rows(table, pa.concat_tables(results) if results else schemas.RESULT.empty_table()),
-        sorted_records([_with_rows(records, table) for records in dead]),
-        sorted_records([_with_rows(records, table) for records in filtered]),
+        sorted_excluded([_with_rows(records, table) for records in dead]),
+        sorted_excluded([_with_rows(records, table) for records in filtered]),
         batches)
 
 

@@ -14,7 +14,6 @@ import hashlib
 import json
 from dataclasses import dataclass, field
 
-from rollout_relabel import schemas
 from rollout_relabel.transforms.core.config import REMAX, CoreConfig
 
 PROJECT = "rollout-relabel"
@@ -28,19 +27,6 @@ def project_version() -> str:
         return version(PROJECT)
     except PackageNotFoundError:
         return "0+unknown"
-
-
-@dataclass(frozen=True)
-class RewardFields:
-    """Where a row's reward value (and remax's baseline) is read from: what slim extraction needs."""
-    key: str | None = None                       # --reward-key
-    keys: tuple[str, ...] | None = None          # --reward-keys: the value is the weighted sum of these
-    weights: tuple[float, ...] | None = None     # one per key (all 1 when not given)
-    baseline_column: str | None = None           # --baseline-column: a column or a dotted path into one
-    columns: tuple[str, ...] | None = None       # --column NAME=SOURCE: where each interpreted column is read
-    batch_from: str = "column"                   # --batch-from: the step column, the file or its folder
-    group_key: str | None = None                 # --group-key: a group key derived from part of group_index
-    stored_advantage: str | None = None          # compare --a column:NAME: the advantage the input stores
 
 
 # What --column may name (NAME=SOURCE): the interpreted input columns
@@ -103,10 +89,6 @@ class Labeling:
     def step_column(self) -> str:
         """The input column that holds the step, as the plan reads it from footers."""
         return column_map(self.columns).get("step", "step")
-
-    def reward_fields(self) -> RewardFields:
-        return RewardFields(self.reward_key, self.core.reward_keys, self.core.weights, self.baseline_column,
-                            self.columns, self.batch_from, self.group_key)
 
     @staticmethod
     def option_names() -> tuple[str, ...]:
@@ -184,6 +166,7 @@ class RunSettings:
 
     def fingerprint(self) -> str:
         """Identifies the options that change output bytes (not device, not runner)."""
+        from rollout_relabel import schemas  # pyarrow: here, so the reward hooks can build a Labeling without it
         record = dict(self.semantics_record(), schema_version=schemas.SCHEMA_VERSION)
         return hashlib.sha256(json.dumps(record, sort_keys=True).encode()).hexdigest()[:16]
 
@@ -233,10 +216,14 @@ class CompareSettings:
         """The input column that holds the step, as the plan reads it from footers."""
         return self.a.labeling.step_column()
 
-    def reward_fields(self) -> RewardFields:
-        """Read once for both sides: the reward options are the run's, not a side's (both sides carry them)."""
-        return dataclasses.replace(self.a.labeling.reward_fields(), key=self.reward_key,
-                                   stored_advantage=self.a.stored_column)
+    def read_labeling(self) -> Labeling:
+        """What slim extraction reads, once for both sides: the reward options are the run's, not a side's
+        (both sides carry them); the reward key is the command's. With `stored_column()`, the input's
+        own advantage column when side A is `column:NAME`."""
+        return dataclasses.replace(self.a.labeling, reward_key=self.reward_key)
+
+    def stored_column(self) -> str | None:
+        return self.a.stored_column
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from rollout_relabel import schemas
+from rollout_relabel.transforms.core.reasons import Reason
 from rollout_relabel.transforms.lib.errors import BadFile
 from rollout_relabel.transforms.lib.hooks.sample_core import (
     FLOAT32_MAX,
@@ -31,7 +32,7 @@ from rollout_relabel.transforms.lib.labeling.columns import (
     lookup_path,
     usable_columns,
 )
-from rollout_relabel.transforms.lib.labeling.settings import RewardFields
+from rollout_relabel.transforms.lib.labeling.settings import Labeling
 
 # rescoring's hidden column (transforms/lib/rescoring/rows.py): why a row has no new reward
 REWARD_FAILED = "_reward_failed"
@@ -49,26 +50,30 @@ def batch_key_of(source: str, step) -> str:
 
 
 
-def slim_input_columns(reward: RewardFields | None = None) -> tuple[str, ...]:
-    """The input columns slim extraction reads: the interpreted ones, and the baseline's column."""
-    if reward is None:
+def slim_input_columns(labeling: Labeling | None = None, stored_advantage: str | None = None) -> tuple[str, ...]:
+    """The input columns slim extraction reads: the interpreted ones (where --column maps them), the
+    baseline's column, and the column of an advantage stored in the input."""
+    if labeling is None and stored_advantage is None:
         return schemas.SLIM_INPUT_COLUMNS
-    extra = mapped_sources(reward.columns)
-    for path in (reward.baseline_column, reward.stored_advantage):
+    labeling = labeling or Labeling()
+    extra = mapped_sources(labeling.columns)
+    for path in (labeling.baseline_column, stored_advantage):
         if path is not None:
             extra += (path, path.split(".", 1)[0])
     return tuple(dict.fromkeys(schemas.SLIM_INPUT_COLUMNS + extra))
 
 
-def extract_slim(table: pa.Table, source: str, reward: RewardFields | str | None = None
-                 ) -> list[tuple[str, pa.Table]]:
+def extract_slim(table: pa.Table, source: str, labeling: Labeling | str | None = None,
+                 stored_advantage: str | None = None) -> list[tuple[str, pa.Table]]:
     """Split a file's rows by batch and reduce them to the slim columns the core needs.
 
-    `reward`: where the reward value comes from (RewardFields; a plain string is a --reward-key).
+    `labeling`: the options that say where each value is read (the reward and its keys and weights, the
+    baseline, --column, --batch-from, --group-key); a plain string is a --reward-key. `stored_advantage`:
+    `relabel compare --a column:NAME`, the advantage the input stores.
     Row problems are found here, vectorized; a bad row stays in its batch (its
     position matters for positional grouping) and kills its prompt group later.
     """
-    fields = reward if isinstance(reward, RewardFields) else RewardFields(key=reward)
+    fields = labeling if isinstance(labeling, Labeling) else Labeling(reward_key=labeling)
     n = table.num_rows
     problem = np.zeros(n, dtype=np.int64)
     details: dict[int, str] = {}
@@ -81,8 +86,8 @@ def extract_slim(table: pa.Table, source: str, reward: RewardFields | str | None
     if fields.baseline_column is not None:  # after every row problem: a problem's text wins its row's detail
         baseline = _baseline_values(table, fields.baseline_column, problem, details)
     stored = None
-    if fields.stored_advantage is not None:
-        stored = stored_advantage_values(table, fields.stored_advantage)
+    if stored_advantage is not None:
+        stored = stored_advantage_values(table, stored_advantage)
     columns = {
         "row": pa.array(np.arange(n, dtype=np.int64)),
         "reward": pa.array(np.where(problem == 0, reward, 0.0)),
@@ -106,7 +111,7 @@ def extract_slim(table: pa.Table, source: str, reward: RewardFields | str | None
     return _by_batch(table, source, fields, slim)
 
 
-def _usable_rows(table: pa.Table, source: str, fields: RewardFields, problem, details) -> tuple[pa.Table, bool]:
+def _usable_rows(table: pa.Table, source: str, fields: Labeling, problem, details) -> tuple[pa.Table, bool]:
     """(the table as the interpreted columns see it (--column), whether it is a legacy verl dump): malformed
     lines flagged first (their nulls are not the row's problem), then each interpreted column checked for a
     usable type."""
@@ -117,27 +122,27 @@ def _usable_rows(table: pa.Table, source: str, fields: RewardFields, problem, de
     if malformed:
         where = np.zeros(n, dtype=bool)
         where[list(malformed)] = True
-        flag(problem, details, where, "malformed-line", lambda i: malformed[i])
+        flag(problem, details, where, Reason.MALFORMED_LINE, lambda i: malformed[i])
         table = _around_malformed(table, where, source)
     if REWARD_FAILED in table.column_names:  # before the reward's own checks: the call's error explains it
         failed = table.column(REWARD_FAILED).combine_chunks()
         if failed.null_count < n:
             texts = failed.to_pylist()
-            flag(problem, details, np.asarray(failed.is_valid()), "reward-failed", lambda i: texts[i])
+            flag(problem, details, np.asarray(failed.is_valid()), Reason.REWARD_FAILED, lambda i: texts[i])
         table = table.drop_columns([REWARD_FAILED])
     return usable_columns(table, source, problem, details), legacy_verl
 
 
-def _rewards(table: pa.Table, fields: RewardFields, problem, details) -> tuple[np.ndarray, np.ndarray | None]:
+def _rewards(table: pa.Table, fields: Labeling, problem, details) -> tuple[np.ndarray, np.ndarray | None]:
     """(each row's reward value, each row's per-key values under --reward-keys, else None)."""
-    parts = None
-    if fields.keys is None:
-        reward = _reward_values(table, fields.key, problem, details)
+    parts, keys = None, fields.core.reward_keys
+    if keys is None:
+        reward = _reward_values(table, fields.reward_key, problem, details)
     else:
-        parts = _reward_parts(table, fields.keys, problem, details)
-        reward = _weighted_sum(parts, fields.weights or (1.0,) * len(fields.keys), fields.keys, problem, details)
+        parts = _reward_parts(table, keys, problem, details)
+        reward = _weighted_sum(parts, fields.core.weights, keys, problem, details)
     # rewards and advantages are written as float32: a value beyond its range would be written as inf
-    flag(problem, details, np.isfinite(reward) & (np.abs(reward) > FLOAT32_MAX), "value-too-large",
+    flag(problem, details, np.isfinite(reward) & (np.abs(reward) > FLOAT32_MAX), Reason.VALUE_TOO_LARGE,
          lambda i: f"reward {reward[i]!r} does not fit float32 (largest {FLOAT32_MAX:.6g})")
     return reward, parts
 
@@ -156,27 +161,27 @@ def _trainable_tokens(table: pa.Table, problem, details) -> np.ndarray:
                     if response_length is not None else np.zeros(n, dtype=bool))
     length = np.where(length_given, length, mask_len)
 
-    flag(problem, details, length_given & (length < 0), "negative-length",
+    flag(problem, details, length_given & (length < 0), Reason.NEGATIVE_LENGTH,
          lambda i: negative_length_text(length[i]))
-    flag(problem, details, (length > MAX_RESPONSE_TOKENS) | (mask_len > MAX_RESPONSE_TOKENS), "value-too-large",
+    flag(problem, details, (length > MAX_RESPONSE_TOKENS) | (mask_len > MAX_RESPONSE_TOKENS), Reason.VALUE_TOO_LARGE,
          lambda i: too_large_text(max(length[i], mask_len[i])))
-    flag(problem, details, has_mask & length_given & (mask_len != length), "mask-length",
+    flag(problem, details, has_mask & length_given & (mask_len != length), Reason.MASK_LENGTH,
          lambda i: mask_length_text(mask_len[i], length[i]))
     if mask is not None and mask.values.null_count:
         null_tokens = list_sums(pa.ListArray.from_arrays(mask.offsets, pc.cast(mask.values.is_null(), pa.int8())))
-        flag(problem, details, has_mask & (null_tokens > 0), "null-mask-value",
+        flag(problem, details, has_mask & (null_tokens > 0), Reason.NULL_MASK_VALUE,
              lambda i: null_mask_text(null_tokens[i], mask_len[i]))
     if mask is not None:  # 0 or 1 each: another value would weigh the token's loss (negative sums were written)
         values = mask.values
         odd = pc.and_(pc.is_valid(values), pc.invert(pc.is_in(values, value_set=pa.array([0, 1], values.type))))
         odd_tokens = list_sums(pa.ListArray.from_arrays(mask.offsets, pc.cast(pc.fill_null(odd, False), pa.int8())))
-        flag(problem, details, has_mask & (odd_tokens > 0), "mask-value",
+        flag(problem, details, has_mask & (odd_tokens > 0), Reason.MASK_VALUE,
              lambda i: mask_value_text(odd_tokens[i], mask[i].as_py()))
     remove = bool_column(table, "remove_sample")
     return np.where(remove, 0, np.where(has_mask, mask_sum, np.maximum(length, 0)))
 
 
-def _group_keys(table: pa.Table, fields: RewardFields, legacy_verl: bool = False):
+def _group_keys(table: pa.Table, fields: Labeling, legacy_verl: bool = False):
     """(group_index, group_text): the prompt-group key as an integer, or as text when any row's is text."""
     group_index, group_text = _key(table, "group_index")
     if fields.group_key == "verl-uid" and not legacy_verl:  # {uid}_{session}_{index} -> {uid} (uid.rsplit("_", 2)[0])
@@ -202,7 +207,7 @@ def _parts_column(parts: np.ndarray, problem: np.ndarray) -> pa.Array:
     return pa.ListArray.from_arrays(pa.array(np.arange(n + 1, dtype=np.int32) * width), pa.array(kept))
 
 
-def _by_batch(table: pa.Table, source: str, fields: RewardFields, slim: pa.Table) -> list[tuple[str, pa.Table]]:
+def _by_batch(table: pa.Table, source: str, fields: Labeling, slim: pa.Table) -> list[tuple[str, pa.Table]]:
     """The slim rows split by batch: one folder, one file, or the file's `step` values (a null step: BadFile)."""
     if fields.batch_from == "folder":
         return [(f"folder={source.rsplit('/', 1)[0] if '/' in source else '.'}", slim)]
@@ -210,7 +215,7 @@ def _by_batch(table: pa.Table, source: str, fields: RewardFields, slim: pa.Table
         return [(batch_key_of(source, None), slim)]
     steps = table.column("step")
     if steps.null_count:
-        raise BadFile("missing-column", f"{source}: `step` is null on {steps.null_count} rows "
+        raise BadFile(Reason.MISSING_COLUMN, f"{source}: `step` is null on {steps.null_count} rows "
                                             f"(first: row {first_null(steps)}); every row needs its batch")
     step_values = steps.to_numpy()
     unique = np.unique(step_values)
@@ -219,7 +224,7 @@ def _by_batch(table: pa.Table, source: str, fields: RewardFields, slim: pa.Table
     return [(batch_key_of(source, int(step)), slim.filter(pa.array(step_values == step))) for step in unique]
 
 
-def _verl_columns(table: pa.Table, fields: RewardFields) -> tuple[tuple[str, ...] | None, bool]:
+def _verl_columns(table: pa.Table, fields: Labeling) -> tuple[tuple[str, ...] | None, bool]:
     """(the --column mapping to read `table` with, whether it is a legacy verl dump).
 
     Under --group-key verl-uid, a file without the uid column (verl's legacy trainer writes none; its
@@ -249,7 +254,7 @@ def mapped_columns(table: pa.Table, columns, problem=None, details=None) -> pa.T
             table = table.drop_columns([name])
         if values is None:
             if problem is not None:
-                flag(problem, details, np.ones(table.num_rows, dtype=bool), "missing-column",
+                flag(problem, details, np.ones(table.num_rows, dtype=bool), Reason.MISSING_COLUMN,
                      lambda i, why=why, item=item: f"--column {item}: {why}")
             continue
         table = table.append_column(name, values)
@@ -308,44 +313,45 @@ def _rollout_key(table):
 def _reward_values(table, reward_key, problem, details):
     n = table.num_rows
     if "reward" not in table.column_names:
-        flag(problem, details, np.ones(n, dtype=bool), "missing-column", lambda i: "the file has no `reward` column")
+        flag(problem, details, np.ones(n, dtype=bool), Reason.MISSING_COLUMN,
+             lambda i: "the file has no `reward` column")
         return np.zeros(n)
     column = table.column("reward")
     kind = column.type
     if reward_key is None:
         if not _is_number(kind):
-            flag(problem, details, np.ones(n, dtype=bool), "non-numeric-reward",
+            flag(problem, details, np.ones(n, dtype=bool), Reason.NON_NUMERIC_REWARD,
                   lambda i: reward_type_text(str(kind), None))
             return np.zeros(n)
         values = column
     elif pa.types.is_struct(kind):
         if kind.get_field_index(reward_key) < 0:
             fields = ", ".join(f.name for f in kind)
-            flag(problem, details, np.ones(n, dtype=bool), "missing-reward-key",
+            flag(problem, details, np.ones(n, dtype=bool), Reason.MISSING_REWARD_KEY,
                   lambda i: f"reward struct has no field {reward_key!r} (fields: {fields})")
             return np.zeros(n)
         values = pc.struct_field(column, reward_key)
         absent = np.asarray(values.is_null()) & np.asarray(column.is_valid())
-        flag(problem, details, absent, "missing-reward-key", lambda i: f"reward[{reward_key!r}] is null")
+        flag(problem, details, absent, Reason.MISSING_REWARD_KEY, lambda i: f"reward[{reward_key!r}] is null")
     elif pa.types.is_map(kind):
         values = pc.map_lookup(column, pa.scalar(reward_key, kind.key_type), "first")
         absent = np.asarray(values.is_null()) & np.asarray(column.is_valid())
-        flag(problem, details, absent, "missing-reward-key", lambda i: f"reward map has no key {reward_key!r}")
+        flag(problem, details, absent, Reason.MISSING_REWARD_KEY, lambda i: f"reward map has no key {reward_key!r}")
     else:
-        flag(problem, details, np.ones(n, dtype=bool), "missing-reward-key",
+        flag(problem, details, np.ones(n, dtype=bool), Reason.MISSING_REWARD_KEY,
               lambda i: reward_type_text(str(kind), reward_key))
         return np.zeros(n)
     if not _is_number(values.type):
-        flag(problem, details, np.ones(n, dtype=bool), "non-numeric-reward",
+        flag(problem, details, np.ones(n, dtype=bool), Reason.NON_NUMERIC_REWARD,
               lambda i: f"reward[{reward_key!r}] has type {values.type}")
         return np.zeros(n)
     inexact = _beyond_float64_integers(values)
     numbers = fill(pc.cast(values, pa.float64(), safe=False), np.nan)
     null = np.asarray(column.is_null())
-    flag(problem, details, null, "non-numeric-reward", lambda i: "reward is null")
-    flag(problem, details, inexact, "value-too-large",
+    flag(problem, details, null, Reason.NON_NUMERIC_REWARD, lambda i: "reward is null")
+    flag(problem, details, inexact, Reason.VALUE_TOO_LARGE,
          lambda i: f"reward {values[i].as_py()} is an integer beyond 2**53: no float holds it exactly")
-    flag(problem, details, ~null & ~np.isfinite(numbers), "non-finite-reward",
+    flag(problem, details, ~null & ~np.isfinite(numbers), Reason.NON_FINITE_REWARD,
          lambda i: f"reward is {numbers[i]}")
     return numbers
 
@@ -366,36 +372,37 @@ def _reward_parts(table, keys, problem, details) -> np.ndarray:
     n = table.num_rows
     parts = np.full((n, len(keys)), np.nan)
     if "reward" not in table.column_names:
-        flag(problem, details, np.ones(n, dtype=bool), "missing-column", lambda i: "the file has no `reward` column")
+        flag(problem, details, np.ones(n, dtype=bool), Reason.MISSING_COLUMN,
+             lambda i: "the file has no `reward` column")
         return parts
     column = table.column("reward")
     kind = column.type
     null = np.asarray(column.is_null())
     if not (pa.types.is_struct(kind) or pa.types.is_map(kind)):
-        flag(problem, details, ~null, "missing-reward-key",
+        flag(problem, details, ~null, Reason.MISSING_REWARD_KEY,
              lambda i: f"--reward-keys {','.join(keys)} given but reward has type {kind}")
-        flag(problem, details, null, "non-numeric-reward", lambda i: "reward is null")
+        flag(problem, details, null, Reason.NON_NUMERIC_REWARD, lambda i: "reward is null")
         return parts
     for j, key in enumerate(keys):
         if pa.types.is_struct(kind) and kind.get_field_index(key) < 0:
             names = ", ".join(f.name for f in kind)
-            flag(problem, details, ~null, "missing-reward-key",
+            flag(problem, details, ~null, Reason.MISSING_REWARD_KEY,
                  lambda i, key=key, names=names: f"reward struct has no field {key!r} (fields: {names})")
             continue
         values = (pc.struct_field(column, key) if pa.types.is_struct(kind)
                   else pc.map_lookup(column, pa.scalar(key, kind.key_type), "first"))
         if not _is_number(values.type):
-            flag(problem, details, ~null & np.asarray(values.is_valid()), "missing-reward-key",
+            flag(problem, details, ~null & np.asarray(values.is_valid()), Reason.MISSING_REWARD_KEY,
                  lambda i, key=key, t=values.type: f"reward[{key!r}] has type {t}, not a number")
         else:
             parts[:, j] = fill(pc.cast(values, pa.float64()), np.nan)
         absent = np.asarray(values.is_null()) & ~null
-        flag(problem, details, absent, "missing-reward-key",
+        flag(problem, details, absent, Reason.MISSING_REWARD_KEY,
              lambda i, key=key: f"reward[{key!r}] is null" if pa.types.is_struct(kind)
              else f"reward map has no key {key!r}")
-    flag(problem, details, null, "non-numeric-reward", lambda i: "reward is null")
+    flag(problem, details, null, Reason.NON_NUMERIC_REWARD, lambda i: "reward is null")
     bad = ~np.isfinite(parts)
-    flag(problem, details, bad.any(axis=1), "non-finite-reward",
+    flag(problem, details, bad.any(axis=1), Reason.NON_FINITE_REWARD,
          lambda i: "; ".join(f"reward[{keys[j]!r}] is {parts[i, j]}" for j in np.flatnonzero(bad[i])))
     return parts
 
@@ -406,7 +413,7 @@ def _weighted_sum(parts, weights, keys, problem, details) -> np.ndarray:
     with np.errstate(all="ignore"):  # an overflow is flagged below
         for j, weight in enumerate(weights):  # a loop over keys, not rows
             total += weight * parts[:, j]
-    flag(problem, details, ~np.isfinite(total), "non-finite-reward",
+    flag(problem, details, ~np.isfinite(total), Reason.NON_FINITE_REWARD,
          lambda i: f"the weighted sum of reward[{', '.join(map(repr, keys))}] is {total[i]}")
     return total
 

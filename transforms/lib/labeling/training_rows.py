@@ -5,7 +5,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from rollout_relabel.transforms.lib.export import dump_layout as dump_record
+from rollout_relabel.transforms.lib.export import dump_layout
 from rollout_relabel.transforms.lib.labeling.columns import bool_column, int_column, usable_columns
 from rollout_relabel.transforms.lib.labeling.slim import REWARD_FAILED, mapped_columns
 
@@ -13,7 +13,7 @@ from rollout_relabel.transforms.lib.labeling.slim import REWARD_FAILED, mapped_c
 def training_rows(table: pa.Table, result: pa.Table, columns=None) -> pa.Table:
     """Input columns kept as they are (loss_mask replaced), training columns added, result rows only.
 
-    Rows read from a .pt dump keep the dump's record (dump_record.py), noting which rows remain.
+    Rows read from a .pt dump keep the dump's layout (dump_layout.py), noting which rows remain.
     """
     if REWARD_FAILED in table.column_names:  # rescoring's hidden column: only rows with a reward get here
         table = table.drop_columns([REWARD_FAILED])
@@ -21,11 +21,11 @@ def training_rows(table: pa.Table, result: pa.Table, columns=None) -> pa.Table:
     if np.any(rows[1:] < rows[:-1]):  # a batch over several files lists them in batch order
         result = result.sort_by("row")
     take = result.column("row")
-    record = dump_record.read(table.schema.metadata)
+    layout = dump_layout.read(table.schema.metadata)
     if take.length() != table.num_rows:
         table = table.take(take)
-        if record is not None:
-            record = dump_record.with_rows_kept(record, take.to_pylist())
+        if layout is not None:
+            layout = dump_layout.with_rows_kept(layout, take.to_pylist())
     view = usable_columns(mapped_columns(table, columns), "", np.zeros(table.num_rows, dtype=np.int64), {})
     mask = _final_loss_mask(view)
     truncated = (pc.fill_null(pc.equal(view.column("status"), "truncated"), False)
@@ -48,7 +48,7 @@ def training_rows(table: pa.Table, result: pa.Table, columns=None) -> pa.Table:
         names.append(name)
         columns.append(column)
     rows = pa.table(columns, names=names)
-    return rows if record is None else dump_record.attach(rows, record)
+    return rows if layout is None else dump_layout.attach(rows, layout)
 
 
 def _final_loss_mask(table: pa.Table) -> pa.Array:

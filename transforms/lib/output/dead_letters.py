@@ -7,7 +7,7 @@ import numpy as np
 import pyarrow as pa
 
 from rollout_relabel import schemas
-from rollout_relabel.transforms.lib.output.records import RecordsWritten
+from rollout_relabel.transforms.lib.output.stage_outputs import ExcludedWritten
 
 
 def records(batch_key, sources, rows, reasons, messages) -> pa.Table:
@@ -39,7 +39,7 @@ def with_row_json(records: pa.Table, table: pa.Table) -> pa.Table:
     return records.set_column(records.schema.get_field_index("row_json"), "row_json", pa.array(payload, pa.string()))
 
 
-def sorted_records(tables: list[pa.Table]) -> pa.Table:
+def sorted_excluded(tables: list[pa.Table]) -> pa.Table:
     """Record tables from anywhere, as one table in a fixed order: the file is byte-identical run to run."""
     if not tables:
         return schemas.DEAD_LETTERS.empty_table()
@@ -47,7 +47,7 @@ def sorted_records(tables: list[pa.Table]) -> pa.Table:
     return table.sort_by([("source", "ascending"), ("row", "ascending"), ("reason", "ascending")])
 
 
-def summarize(table: pa.Table, kind: str, name: str) -> RecordsWritten:
+def summarize(table: pa.Table, kind: str, name: str) -> ExcludedWritten:
     """The manifest's account of a records file: rows by reason and by source (whole files apart)."""
     reasons, rows, sources = (table.column(c).to_pylist() for c in ("reason", "row", "source"))
     by_reason: dict[str, int] = {}
@@ -58,5 +58,5 @@ def summarize(table: pa.Table, kind: str, name: str) -> RecordsWritten:
         if row is not None:
             by_source[source] = by_source.get(source, 0) + 1
     whole_files = int(table.column("row").null_count)
-    return RecordsWritten(kind, table.num_rows, table.num_rows - whole_files, whole_files, by_reason, by_source,
+    return ExcludedWritten(kind, table.num_rows, table.num_rows - whole_files, whole_files, by_reason, by_source,
                           name if table.num_rows else None)

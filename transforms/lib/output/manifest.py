@@ -8,7 +8,13 @@ import json
 
 from rollout_relabel import schemas
 from rollout_relabel.transforms.lib.errors import AccountingError, ExitCode, TooManyDeadRows
-from rollout_relabel.transforms.lib.output.records import BatchCounts, FileRead, FileWritten, RecordsWritten, Stat
+from rollout_relabel.transforms.lib.output.stage_outputs import (
+    BatchCounts,
+    ExcludedWritten,
+    FileRead,
+    FileWritten,
+    Stat,
+)
 
 MANIFEST_NAME = "_manifest.json"
 
@@ -24,8 +30,8 @@ def build_manifest(record: dict, fingerprint: str, inputs: list[dict], stats: li
     reads = {s.source: s for s in stats if isinstance(s, FileRead)}
     written = {s.source: s for s in stats if isinstance(s, FileWritten)}
     batches = [s for s in stats if isinstance(s, BatchCounts)]
-    dead = _records(stats, "dead")
-    filtered = _records(stats, "filtered")
+    dead = _excluded(stats, "dead")
+    filtered = _excluded(stats, "filtered")
 
     files = []
     for item in sorted(inputs, key=lambda i: i["path"]):
@@ -80,9 +86,9 @@ def build_manifest(record: dict, fingerprint: str, inputs: list[dict], stats: li
     }
 
 
-def _records(stats, kind) -> RecordsWritten:
-    found = [s for s in stats if isinstance(s, RecordsWritten) and s.kind == kind]
-    return found[0] if found else RecordsWritten(kind)
+def _excluded(stats, kind) -> ExcludedWritten:
+    found = [s for s in stats if isinstance(s, ExcludedWritten) and s.kind == kind]
+    return found[0] if found else ExcludedWritten(kind)
 
 
 def dumps(manifest: dict) -> bytes:

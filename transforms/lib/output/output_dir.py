@@ -1,4 +1,4 @@
-"""The output directory as a whole: its manifest, what a run removes, its options, and stop records."""
+"""The output directory as a whole: its manifest, what a run removes, its options, and stop files."""
 from __future__ import annotations
 
 import json
@@ -13,7 +13,7 @@ DEAD_LETTERS_NAME = "dead_letters.parquet"
 FILTERED_NAME = "filtered.parquet"
 STOP_NAME = "_stop.json"  # a worker's RunStopped, for the driver (see errors.py)
 # what `relabel watch` keeps besides part files (transforms/lib/watch/ledger.py)
-WATCH_RECORDS = ("_watch", "dead_letters", "filtered")
+WATCH_FOLDERS = ("_watch", "dead_letters", "filtered")
 TEMP_PROBE = "_write-probe"  # written and deleted before a run: can the output be written at all?
 
 
@@ -23,9 +23,9 @@ def read_manifest(output: str) -> dict | None:
 
 def remove_run_outputs(output: str, part_names) -> None:
     """Delete the manifest (first, so nothing looks complete meanwhile), the record files (a watch's
-    folders of them too), temporary files, a stop record and the named part files. Part files not named
+    folders of them too), temporary files, a stop file and the named part files. Part files not named
     stay: a resumed run skips the complete ones."""
-    names = [MANIFEST_NAME, DEAD_LETTERS_NAME, FILTERED_NAME, STOP_NAME, *WATCH_RECORDS] + [n for n in part_names if n]
+    names = [MANIFEST_NAME, DEAD_LETTERS_NAME, FILTERED_NAME, STOP_NAME, *WATCH_FOLDERS] + [n for n in part_names if n]
     paths = [filesystem.join(output, n) for n in names]
     filesystem.delete_existing(paths + temporary_files(output))
 
@@ -33,7 +33,7 @@ def remove_run_outputs(output: str, part_names) -> None:
 def temporary_files(output: str) -> list[str]:
     """Temporary files left in output (and a watch's record folders) by writers that were killed: any there
     while this run holds the output's lease are stale."""
-    folders = [output] + [filesystem.join(output, d) for d in WATCH_RECORDS]
+    folders = [output] + [filesystem.join(output, d) for d in WATCH_FOLDERS]
     return [m.path for folder in folders
             for m in filesystem.match(filesystem.join(folder, output_files.TEMP_PREFIX + "*"))]
 
@@ -59,7 +59,7 @@ def refuse_other_options(output: str, what: str, found: str | None, fingerprint:
 
 
 def stop_run(output: str, error: RunStopped) -> RunStopped:
-    """Commit a worker's stop record (the driver reads it back as this type); returns the error to raise."""
+    """Commit a worker's stop file (the driver reads it back as this type); returns the error to raise."""
     record = {"kind": type(error).__name__, "message": str(error)}
     output_files.write_bytes_atomically(json.dumps(record, sort_keys=True).encode(), output, STOP_NAME)
     return error

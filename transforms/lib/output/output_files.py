@@ -9,7 +9,7 @@ import pyarrow.parquet as pq
 
 from rollout_relabel.transforms.lib.io import filesystem
 from rollout_relabel.transforms.lib.output.dead_letters import summarize
-from rollout_relabel.transforms.lib.output.records import RecordsWritten
+from rollout_relabel.transforms.lib.output.stage_outputs import ExcludedWritten
 from rollout_relabel.transforms.lib.worker.faults import crash_point
 
 TEMP_PREFIX = ".tmp-"
@@ -29,7 +29,7 @@ def write_parquet_atomically(table: pa.Table, directory: str, name: str, lineage
         table, handle, **parquet_write_options(table.schema)))
 
 
-def write_records(table: pa.Table, directory: str, name: str, kind: str, lineage: dict) -> RecordsWritten:
+def write_excluded(table: pa.Table, directory: str, name: str, kind: str, lineage: dict) -> ExcludedWritten:
     """Dead-letter or filtered records into directory/name (only when there is one), and the manifest's
     account of them."""
     if table.num_rows:

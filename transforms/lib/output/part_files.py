@@ -12,7 +12,7 @@ import pyarrow as pa
 from rollout_relabel.transforms.lib.labeling.training_rows import training_rows
 from rollout_relabel.transforms.lib.output import output_files
 from rollout_relabel.transforms.lib.output.dead_letters import with_row_json
-from rollout_relabel.transforms.lib.output.records import FileWritten
+from rollout_relabel.transforms.lib.output.stage_outputs import FileWritten
 
 
 @dataclass

@@ -49,7 +49,7 @@ class Seen:
     marked: bool          # a .done or _SUCCESS marker covers it
     folder_closed: bool   # _SUCCESS in its folder
 
-    def record(self) -> dict:
+    def entry(self) -> dict:
         return {"path": self.path, "output": self.output, "size": self.size, "mtime": self.mtime}
 
     @property
@@ -120,7 +120,7 @@ class Landing:
             if self.batch_from == "folder":
                 if seen.folder in self.closed_folders:
                     self.released.add(seen.identity)
-                    releases.append(Release([seen.record()], late=True))
+                    releases.append(Release([seen.entry()], late=True))
                 else:
                     self.held_folders.setdefault(seen.folder, {})[seen.path] = seen
                     self.landed_folders.add(seen.folder)
@@ -128,11 +128,11 @@ class Landing:
             steps = step_range(seen)
             if steps is None:
                 self.released.add(seen.identity)
-                releases.append(Release([seen.record()]))
+                releases.append(Release([seen.entry()]))
                 continue
             if self._overlaps_closed(steps):
                 self.released.add(seen.identity)
-                releases.append(Release([seen.record()], late=True))
+                releases.append(Release([seen.entry()], late=True))
                 continue
             self.held[seen.path] = (seen, steps)
             self.newest_step = steps[1] if self.newest_step is None else max(self.newest_step, steps[1])
@@ -163,7 +163,7 @@ class Landing:
                     self.released.add(seen.identity)
                     del self.held[seen.path]
                 self.closed_steps.append((min(low for _, (low, _) in component), top))
-                releases.append(Release([seen.record() for seen in files]))
+                releases.append(Release([seen.entry() for seen in files]))
         return releases
 
     def _release_closed_folders(self) -> list[Release]:
@@ -180,5 +180,5 @@ class Landing:
                     self.released.add(seen.identity)
                 del self.held_folders[folder]
                 self.closed_folders.add(folder)
-                releases.append(Release([seen.record() for seen in files]))
+                releases.append(Release([seen.entry() for seen in files]))
         return releases

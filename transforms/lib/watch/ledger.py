@@ -3,7 +3,7 @@
 DIR/_watch/<part name>.json is written (atomically) after an input's training
 rows and dead letters: its presence, with the same options fingerprint and
 input size and mtime, means the input is done. The manifest is rebuilt from
-these records after every input, so it never depends on one process's memory
+these entries after every input, so it never depends on one process's memory
 and a restarted watch continues the same counts.
 """
 from __future__ import annotations
@@ -13,37 +13,37 @@ import json
 from rollout_relabel.transforms.lib.io import filesystem
 from rollout_relabel.transforms.lib.output import manifest as manifest_lib
 from rollout_relabel.transforms.lib.output import output_files
-from rollout_relabel.transforms.lib.output.output_dir import DEAD_LETTERS_NAME, FILTERED_NAME, WATCH_RECORDS
-from rollout_relabel.transforms.lib.output.records import RecordsWritten, stat_from_dict
+from rollout_relabel.transforms.lib.output.output_dir import DEAD_LETTERS_NAME, FILTERED_NAME, WATCH_FOLDERS
+from rollout_relabel.transforms.lib.output.stage_outputs import ExcludedWritten, stat_from_dict
 
-RECORDS_DIR, DEAD_LETTERS_DIR, FILTERED_DIR = WATCH_RECORDS
-RUN_RECORDS = (DEAD_LETTERS_NAME, FILTERED_NAME)  # `relabel run`'s single files, replaced by a watch's folders
+ENTRIES_DIR, DEAD_LETTERS_DIR, FILTERED_DIR = WATCH_FOLDERS
+RUN_SINGLE_FILES = (DEAD_LETTERS_NAME, FILTERED_NAME)  # `relabel run`'s single files, replaced by a watch's folders
 STOP_NAME = "stop-requested"
 
 
-def record_name(output: str) -> str:
+def entry_name(output: str) -> str:
     return output.rsplit(".", 1)[0] + ".json"
 
 
-def records_dir(output_dir: str) -> str:
-    return filesystem.join(output_dir, RECORDS_DIR)
+def entries_dir(output_dir: str) -> str:
+    return filesystem.join(output_dir, ENTRIES_DIR)
 
 
 def stop_path(output_dir: str) -> str:
-    return filesystem.join(records_dir(output_dir), STOP_NAME)
+    return filesystem.join(entries_dir(output_dir), STOP_NAME)
 
 
 def stop_requested(output_dir: str) -> bool:
     return filesystem.exists(stop_path(output_dir))
 
 
-def write_record(output_dir: str, record: dict) -> None:
+def write_entry(output_dir: str, record: dict) -> None:
     data = (json.dumps(record, sort_keys=True) + "\n").encode()
-    output_files.write_bytes_atomically(data, records_dir(output_dir), record_name(record["input"]["output"]))
+    output_files.write_bytes_atomically(data, entries_dir(output_dir), entry_name(record["input"]["output"]))
 
 
-def read_record(output_dir: str, output: str) -> dict | None:
-    path = filesystem.join(records_dir(output_dir), record_name(output))
+def read_entry(output_dir: str, output: str) -> dict | None:
+    path = filesystem.join(entries_dir(output_dir), entry_name(output))
     try:
         return output_files.read_json(path)
     except ValueError:  # a damaged (half-written by hand, truncated) record means: not done
@@ -56,18 +56,18 @@ def is_done(record: dict | None, fingerprint: str, item: dict) -> bool:
             and all(record["input"].get(k) == item[k] for k in ("path", "size", "mtime")))
 
 
-def read_records(output_dir: str) -> list[dict]:
-    matched = filesystem.match(filesystem.join(records_dir(output_dir), "*.json"))
-    records = []
+def read_entries(output_dir: str) -> list[dict]:
+    matched = filesystem.match(filesystem.join(entries_dir(output_dir), "*.json"))
+    entries = []
     for meta in sorted(matched, key=lambda m: m.path):
         name = meta.path.replace("\\", "/").rsplit("/", 1)[-1]
         if not name.startswith(output_files.TEMP_PREFIX):
-            records.append(output_files.read_json(meta.path))
-    return records
+            entries.append(output_files.read_json(meta.path))
+    return entries
 
 
-def merge_record_stats(kind: str, summaries: list[dict], directory: str) -> RecordsWritten:
-    """Per-input dead-letter (or filtered) summaries -> one, as WriteRecords reports a whole run's."""
+def merge_excluded_stats(kind: str, summaries: list[dict], directory: str) -> ExcludedWritten:
+    """Per-input dead-letter (or filtered) summaries -> one, as CommitRun reports a whole run's."""
     by_reason: dict[str, int] = {}
     by_source: dict[str, int] = {}
     for s in summaries:
@@ -75,19 +75,19 @@ def merge_record_stats(kind: str, summaries: list[dict], directory: str) -> Reco
             by_reason[reason] = by_reason.get(reason, 0) + n
         by_source.update(s["by_source"])
     records = sum(s["records"] for s in summaries)
-    return RecordsWritten(kind, records, sum(s["rows"] for s in summaries), sum(s["files"] for s in summaries),
+    return ExcludedWritten(kind, records, sum(s["rows"] for s in summaries), sum(s["files"] for s in summaries),
                           by_reason, by_source, directory + "/" if records else None)
 
 
 def build_watch_manifest(output_dir: str, run_record: dict, fingerprint: str, state: str,
                          not_done: list[str] | None = None) -> dict:
     """The manifest of everything done so far in output_dir (under these options)."""
-    records = [r for r in read_records(output_dir) if r.get("fingerprint") == fingerprint]
-    stats = [stat_from_dict(s) for r in records for s in r["stats"]]
-    stats.append(merge_record_stats("dead", [r["dead"] for r in records], DEAD_LETTERS_DIR))
-    stats.append(merge_record_stats("filtered", [r["filtered"] for r in records], FILTERED_DIR))
-    manifest = manifest_lib.build_manifest(run_record, fingerprint, [r["input"] for r in records], stats)
-    manifest["watch"] = {"state": state, "files_done": len(records), "not_done": not_done or []}
+    entries = [r for r in read_entries(output_dir) if r.get("fingerprint") == fingerprint]
+    stats = [stat_from_dict(s) for r in entries for s in r["stats"]]
+    stats.append(merge_excluded_stats("dead", [r["dead"] for r in entries], DEAD_LETTERS_DIR))
+    stats.append(merge_excluded_stats("filtered", [r["filtered"] for r in entries], FILTERED_DIR))
+    manifest = manifest_lib.build_manifest(run_record, fingerprint, [r["input"] for r in entries], stats)
+    manifest["watch"] = {"state": state, "files_done": len(entries), "not_done": not_done or []}
     return manifest
 
 

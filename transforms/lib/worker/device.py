@@ -3,6 +3,9 @@ from __future__ import annotations
 
 import glob
 
+# what --device (and the Python API's device=) accepts
+DEVICES = ("auto", "cpu", "cuda")
+
 
 def resolve_device(requested: str) -> str:
     """The core's device for this worker (called in DoFn.setup): "cpu" (numpy) or a torch device.

@@ -13,7 +13,7 @@ def test_one_batch_split_over_two_files_is_counted_per_row():
     # group 1 is uniform: 0 under both
     parts = [("f1", slim([1.0, 1.0], [0, 0], [1, 1])), ("f2", slim([0.0, 1.0, 1.0], [0, 1, 1], [2, 3, 4]))]
     result = compare_batch("step=3", parts, None, A, B, {"f1": "one", "f2": "two"})
-    r = result.record
+    r = result.counts
     assert (r["step"], r["label"], r["rows"], r["compared"], r["agree"], r["wrong_sign"]) == (3, "3", 5, 5, 2, 0)
     assert (r["nonzero_a"], r["nonzero_b"], r["groups_differing"]) == (3, 3, 1)
     assert r["max_abs_delta"] == pytest.approx(1 / 6, abs=1e-6)
@@ -40,7 +40,7 @@ def test_summary_of_six_steps():
     # each step: group 0 = rewards [1, 0] (A = B = [1/2, -1/2]); group 1 = rewards [k, 2]: A = B as well
     # (one row per rollout), uniform at k = 2
     results = six_steps()
-    report = summarize([r.record for r in reversed(results)], [ONE_FILE], [g for r in results for g in r.groups],
+    report = summarize([r.counts for r in reversed(results)], [ONE_FILE], [g for r in results for g in r.groups],
                        [p for r in results for p in r.points], A.record(), B.record())
     assert [s["label"] for s in report["steps"]] == ["0", "1", "2", "3", "4", "5"]
     t = report["totals"]

@@ -12,7 +12,7 @@ PLOTS = ("scatter.png", "wrong_sign_by_step.png", "group_sizes.png")
 
 def _report():
     results = six_steps()
-    return summarize([r.record for r in results], [ONE_FILE], [g for r in results for g in r.groups],
+    return summarize([r.counts for r in results], [ONE_FILE], [g for r in results for g in r.groups],
                      [p for r in results for p in r.points], A.record(), B.record())
 
 

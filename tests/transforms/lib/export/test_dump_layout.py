@@ -1,4 +1,4 @@
-"""The dump record: sample dicts -> Arrow columns -> Parquet -> the same sample dicts, types and all."""
+"""The dump layout: sample dicts -> Arrow columns -> Parquet -> the same sample dicts, types and all."""
 import collections
 import io
 import math
@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from rollout_relabel import schemas
-from rollout_relabel.transforms.lib.export import dump_layout as dump_record
+from rollout_relabel.transforms.lib.export import dump_layout
 from rollout_relabel.transforms.lib.io.dump_samples import samples_to_table
 from rollout_relabel.transforms.lib.labeling.training_rows import training_rows
 from tests.strict import differences
@@ -25,9 +25,9 @@ def through_parquet(table: pa.Table) -> pa.Table:
 def restored(samples, top=None):
     dump = dict(top or {"rollout_id": 3}, samples=samples)
     table = through_parquet(samples_to_table(samples, dump=dump))
-    record = dump_record.read(table.schema.metadata)
+    record = dump_layout.read(table.schema.metadata)
     columns = {name: table.column(name).to_pylist() for name in table.column_names}
-    return record, dump_record.restore_samples(record, columns)
+    return record, dump_layout.restore_samples(record, columns)
 
 
 def awkward_samples():
@@ -67,17 +67,17 @@ def test_the_record_holds_only_what_the_columns_cannot_give_back():
     # the fields are every key in order of first appearance: each row lacks one of them
     assert record["keys"] == {str(i): list(s) for i, s in enumerate(awkward_samples())}
     assert "kwargs" in record["json"]
-    assert dump_record.top_level(record) == {"rollout_id": 3}
+    assert dump_layout.top_level(record) == {"rollout_id": 3}
 
 
 def test_the_fixture_dumps_need_next_to_no_record(tmp_path):
     from rollout_relabel.transforms.lib.io.readers import read_table
     from tests.conftest import FIXTURES
     table, _ = read_table(f"{FIXTURES}/miles_reward_dict/0.pt")
-    record = dump_record.read(table.schema.metadata)
+    record = dump_layout.read(table.schema.metadata)
     assert record["patches"] == {} and record["keys"] == {}
     assert list(record["tensors"]) == ["rollout_routed_experts"]
-    assert dump_record.top_level(record) == {"rollout_id": 0, "metadata": {}}
+    assert dump_layout.top_level(record) == {"rollout_id": 0, "metadata": {}}
 
 
 @pytest.mark.parametrize("value", [
@@ -89,18 +89,18 @@ def test_the_fixture_dumps_need_next_to_no_record(tmp_path):
 ])
 def test_encode_decode_is_exact(value):
     import json
-    back = dump_record.decode(json.loads(json_text := json.dumps(dump_record.encode(value))))
+    back = dump_layout.decode(json.loads(json_text := json.dumps(dump_layout.encode(value))))
     assert differences(value, back) == [], json_text
 
 
 def test_nan_survives():
-    (value,) = dump_record.decode(dump_record.encode([float("nan")]))
+    (value,) = dump_layout.decode(dump_layout.encode([float("nan")]))
     assert math.isnan(value)
 
 
 def test_an_unknown_type_is_refused():
     with pytest.raises(TypeError):
-        dump_record.encode(np.int64(1))
+        dump_layout.encode(np.int64(1))
 
 
 def test_training_rows_keep_the_record_and_which_rows_remain():
@@ -111,13 +111,13 @@ def test_training_rows_keep_the_record_and_which_rows_remain():
                        "rollout_key": pa.array([None] * 3, pa.int64()), "prompt_group": [0] * 3,
                        "rollout_mask_sum": [0] * 3, "uniform": [False] * 3}, schema=schemas.RESULT)
     rows = training_rows(table, result)
-    record = dump_record.read(rows.schema.metadata)
+    record = dump_layout.read(rows.schema.metadata)
     assert record["kept"] == [1, 3, 4]
     # relabelled again, of those three rows only the last two remain: positions in the dump, not the table
     again = training_rows(rows, result.slice(1).set_column(0, "row", pa.array([1, 2])))
-    assert dump_record.read(again.schema.metadata)["kept"] == [3, 4]
+    assert dump_layout.read(again.schema.metadata)["kept"] == [3, 4]
     columns = {name: again.column(name).to_pylist() for name in again.column_names}
-    assert [s["tokens"] for s in dump_record.restore_samples(dump_record.read(again.schema.metadata), columns)] \
+    assert [s["tokens"] for s in dump_layout.restore_samples(dump_layout.read(again.schema.metadata), columns)] \
         == [[3], [4]]
 
 

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from rollout_relabel.transforms.lib.errors import UsageError
-from rollout_relabel.transforms.lib.export import dump_layout as dump_record
+from rollout_relabel.transforms.lib.export import dump_layout
 from rollout_relabel.transforms.lib.export import dumps as ex
 from tests.conftest import run_cli
 
@@ -54,9 +54,9 @@ def test_a_part_of_a_dump_without_its_record_is_refused(tmp_path):
     rows = relabelled(tmp_path, {"0.pt": {"rollout_id": 0, "samples": [{"reward": 1.0, "status": "completed"}]}})
     (part,) = [p for p in (tmp_path / "rows").iterdir() if p.name.startswith("part-")]
     table = pq.read_table(part)
-    metadata = {k: v for k, v in table.schema.metadata.items() if k != dump_record.KEY}
+    metadata = {k: v for k, v in table.schema.metadata.items() if k != dump_layout.KEY}
     pq.write_table(table.replace_schema_metadata(metadata), part)  # as relabel run wrote it before export
-    with pytest.raises(UsageError, match="carries no dump record"):
+    with pytest.raises(UsageError, match="carries no dump layout"):
         ex.plan_export(rows)
 
 

@@ -16,7 +16,7 @@ from rollout_relabel.transforms.lib.labeling.file_group import (
 )
 from rollout_relabel.transforms.lib.labeling.label_batch import BatchResult
 from rollout_relabel.transforms.lib.output.part_files import FileOutcome
-from rollout_relabel.transforms.lib.output.records import FileRead
+from rollout_relabel.transforms.lib.output.stage_outputs import FileRead
 from tests.transforms.stage_inputs import EXAMPLE_1, NO_STD, WITH_NAN, input_folder, run_settings
 
 S0A = dict(EXAMPLE_1, step=[0] * 4)
@@ -25,17 +25,17 @@ S1 = dict(EXAMPLE_1, step=[1] * 4)
 
 
 def reader(settings):
-    reward = settings.labeling.reward_fields()
-    return (lambda record: read_planned(record, settings)), reward
+    reward = settings.labeling
+    return (lambda entry: read_planned(entry, settings)), reward
 
 
 def test_each_input_is_read_in_order_and_an_unusable_one_says_why(tmp_path):
-    records = input_folder(tmp_path, a=S0A, b=S1)
+    entries = input_folder(tmp_path, a=S0A, b=S1)
     broken = tmp_path / "in" / "c.parquet"
     broken.write_bytes(b"PAR1" + b"\0" * 16 + b"PAR1")
     settings = run_settings(tmp_path, NO_STD)
-    group = [records["a"], dict(records["a"], path=str(broken), output="part-c.parquet",
-                                size=broken.stat().st_size, mtime=os.path.getmtime(broken)), records["b"]]
+    group = [entries["a"], dict(entries["a"], path=str(broken), output="part-c.parquet",
+                                size=broken.stat().st_size, mtime=os.path.getmtime(broken)), entries["b"]]
     read, reward = reader(settings)
     items = list(read_slim(group, read, reward))
     assert [type(i) for i in items] == [SlimFile, Unreadable, SlimFile]
@@ -47,26 +47,26 @@ def test_each_input_is_read_in_order_and_an_unusable_one_says_why(tmp_path):
 
 
 def test_a_reader_failure_that_is_not_a_bad_file_is_not_swallowed(tmp_path):
-    records = input_folder(tmp_path, a=S0A)
+    entries = input_folder(tmp_path, a=S0A)
 
-    def failing(record):
+    def failing(entry):
         raise OSError("the disk went away")
 
     with pytest.raises(OSError, match="went away"):
-        list(read_slim([records["a"]], failing, None))
+        list(read_slim([entries["a"]], failing, None))
 
-    def bad(record):
+    def bad(entry):
         raise BadFile("unreadable-file", "no")
 
-    assert list(read_slim([records["a"]], bad, None)) == [Unreadable(records["a"], "unreadable-file", "no")]
+    assert list(read_slim([entries["a"]], bad, None)) == [Unreadable(entries["a"], "unreadable-file", "no")]
 
 
 def test_buckets_put_a_step_spread_over_two_files_into_one_batch_in_key_order(tmp_path):
-    records = input_folder(tmp_path, b=S0B, a=S0A, c=S1)
+    entries = input_folder(tmp_path, b=S0B, a=S0A, c=S1)
     settings = run_settings(tmp_path, NO_STD)
     read, reward = reader(settings)
     buckets = Buckets()
-    for item in read_slim([records["c"], records["b"], records["a"]], read, reward):
+    for item in read_slim([entries["c"], entries["b"], entries["a"]], read, reward):
         buckets.add(item)
     batches = list(buckets.in_order())
     assert [key for key, _, _ in batches] == ["step=0", "step=1"]
@@ -76,11 +76,11 @@ def test_buckets_put_a_step_spread_over_two_files_into_one_batch_in_key_order(tm
 
 
 def test_a_group_relabelled_yields_reads_then_batches_then_written_files(tmp_path):
-    records = input_folder(tmp_path, s0a=S0A, s0b=S0B)
+    entries = input_folder(tmp_path, s0a=S0A, s0b=S0B)
     settings = run_settings(tmp_path, NO_STD)
-    items = list(relabel_file_group([records["s0a"], records["s0b"]], settings, "cpu", settings.lineage()))
+    items = list(relabel_file_group([entries["s0a"], entries["s0b"]], settings, "cpu", settings.lineage()))
     assert [type(i) for i in items] == [FileRead, FileRead, BatchResult, FileOutcome, FileOutcome]
-    assert [(os.path.basename(i.source), i.rows_in, i.input == records[n])
+    assert [(os.path.basename(i.source), i.rows_in, i.input == entries[n])
             for i, n in zip(items[:2], ("s0a", "s0b"))] == [("s0a.parquet", 4, True), ("s0b.parquet", 4, True)]
     batch = items[2]
     assert (batch.counters.batch, batch.counters.rows, batch.counters.rows_dead) == ("step=0", 8, 2)
@@ -91,15 +91,15 @@ def test_a_group_relabelled_yields_reads_then_batches_then_written_files(tmp_pat
     assert pq.read_table(out / "part-s0a.parquet").column("advantage").to_pylist() == [-0.5, 0.5, 0.5, 0.5]
     assert pq.read_table(out / "part-s0b.parquet").column("advantage").to_pylist() == [-1.0, 1.0]
 
-    again = list(relabel_file_group([records["s0a"], records["s0b"]], settings, "cpu", settings.lineage()))
+    again = list(relabel_file_group([entries["s0a"], entries["s0b"]], settings, "cpu", settings.lineage()))
     assert [o.stats.resumed for o in again[3:]] == [True, True]  # complete outputs are not rewritten
     assert again[4].dead.to_pylist() == items[4].dead.to_pylist()  # their dead letters rebuilt whole
 
 
 def test_a_caller_that_stops_at_a_batch_leaves_nothing_written(tmp_path):
-    records = input_folder(tmp_path, s0a=S0A, s0b=S0B)
+    entries = input_folder(tmp_path, s0a=S0A, s0b=S0B)
     settings = run_settings(tmp_path, NO_STD)
-    work = relabel_file_group([records["s0a"], records["s0b"]], settings, "cpu", settings.lineage())
+    work = relabel_file_group([entries["s0a"], entries["s0b"]], settings, "cpu", settings.lineage())
     for item in work:
         if isinstance(item, BatchResult):  # as --fail-fast stops on a batch with dead rows
             work.close()
@@ -108,13 +108,13 @@ def test_a_caller_that_stops_at_a_batch_leaves_nothing_written(tmp_path):
 
 
 def test_an_unusable_input_of_a_group_is_yielded_and_the_rest_written(tmp_path):
-    records = input_folder(tmp_path, a=EXAMPLE_1)
+    entries = input_folder(tmp_path, a=EXAMPLE_1)
     broken = tmp_path / "in" / "z.parquet"
     broken.write_bytes(b"not parquet")
     settings = run_settings(tmp_path, NO_STD)
-    z = dict(records["a"], path=str(broken), output="part-z.parquet", size=broken.stat().st_size,
+    z = dict(entries["a"], path=str(broken), output="part-z.parquet", size=broken.stat().st_size,
              mtime=os.path.getmtime(broken))
-    items = list(relabel_file_group([records["a"], z], settings, "cpu", settings.lineage()))
+    items = list(relabel_file_group([entries["a"], z], settings, "cpu", settings.lineage()))
     assert [type(i) for i in items] == [FileRead, Unreadable, BatchResult, FileOutcome]
     assert items[1].source == str(broken)
     assert sorted(os.listdir(tmp_path / "out")) == ["part-a.parquet"]

@@ -3,7 +3,7 @@ import pytest
 
 from rollout_relabel.transforms.lib.errors import AccountingError, TooManyDeadRows
 from rollout_relabel.transforms.lib.output.manifest import build_manifest, exit_code
-from rollout_relabel.transforms.lib.output.records import BatchCounts, FileRead, FileWritten, RecordsWritten
+from rollout_relabel.transforms.lib.output.stage_outputs import BatchCounts, ExcludedWritten, FileRead, FileWritten
 
 INPUTS = [{"path": "a.parquet", "size": 10, "mtime": 1.0}, {"path": "b.pt", "size": 5, "mtime": 2.0}]
 
@@ -16,9 +16,9 @@ def stats(rows_out=7, dead_rows=2):
         FileWritten("b.pt", "part-b.parquet", 4, 3, resumed=False),
         BatchCounts("step=0", rows=10, rows_dead=dead_rows, rows_filtered=1, groups=3, rollouts=9, uniform_groups=1,
                     group_sizes=[0, 0, 1, 2]),
-        RecordsWritten("dead", dead_rows, dead_rows, 0, {"non-finite-reward": dead_rows}, {"a.parquet": dead_rows},
+        ExcludedWritten("dead", dead_rows, dead_rows, 0, {"non-finite-reward": dead_rows}, {"a.parquet": dead_rows},
                        "dead_letters.parquet"),
-        RecordsWritten("filtered", 1, 1, 0, {"uniform-group": 1}, {"b.pt": 1}, "filtered.parquet"),
+        ExcludedWritten("filtered", 1, 1, 0, {"uniform-group": 1}, {"b.pt": 1}, "filtered.parquet"),
     ]
 
 

@@ -1,4 +1,4 @@
-"""The tags of the stages' outputs and the typed statistics records they pass to the manifest.
+"""The tags of the stages' outputs and the typed statistics they pass to the manifest.
 
 One place for both: a stage emits under these tags, the graph and the
 manifest read them by these names.
@@ -58,7 +58,7 @@ class BatchCounts:
 
 
 @dataclass(frozen=True)
-class RecordsWritten:
+class ExcludedWritten:
     """Dead letters (kind "dead") or filtered rows (kind "filtered") of the run, written to `output`."""
     kind: str
     records: int = 0
@@ -69,11 +69,11 @@ class RecordsWritten:
     output: str | None = None
 
 
-Stat = FileRead | FileWritten | BatchCounts | RecordsWritten
+Stat = FileRead | FileWritten | BatchCounts | ExcludedWritten
 
 
 @dataclass(frozen=True)
-class RowRecords:
+class ExcludedRows:
     """Dead-letter (kind DEAD) or filtered (kind FILTERED) records of some rows, on their way to CommitRun,
     which writes each kind's records into one file before the manifest."""
     table: object  # a schemas.DEAD_LETTERS table (pyarrow stays out of this module)
@@ -89,5 +89,5 @@ def stat_from_dict(data: dict) -> Stat:
     data = dict(data)
     kind = data.pop("kind")
     if kind in ("dead", "filtered"):
-        return RecordsWritten(kind=kind, **data)
+        return ExcludedWritten(kind=kind, **data)
     return {"read": FileRead, "file": FileWritten, "batch": BatchCounts}[kind](**data)

@@ -1,0 +1,64 @@
+"""Every list of the labeling options, and of the estimators, is checked against the one source: the fields
+of Labeling / CoreConfig, and the core's estimator names. A new option or estimator fails here until the
+README and the API docstring name it."""
+import re
+from pathlib import Path
+
+from rollout_relabel import api
+from rollout_relabel.pipeline.flags import PARSERS
+from rollout_relabel.transforms.core.config import NORMALIZING_ESTIMATORS, WIDER_FIELD_ESTIMATORS
+from rollout_relabel.transforms.lib.labeling.settings import Labeling
+from tests.conftest import ROOT
+
+README = (Path(ROOT) / "README.md").read_text()
+OPTIONS = Labeling.option_names()
+
+
+def section(text: str, title: str) -> str:
+    return text.split(f"\n## {title}\n", 1)[1].split("\n## ", 1)[0]
+
+
+def flags_of(option: str) -> list[str]:
+    """The command-line spellings of a labeling option (`relabel run`'s parser, dest = the option)."""
+    return [s for a in PARSERS["run"]().declared if a.dest == option for s in a.option_strings]
+
+
+def test_the_readme_option_table_has_a_row_for_every_labeling_option():
+    rows = re.findall(r"^\| `(--[a-z0-9-]+)", section(README, "The CLI"), re.M)
+    missing = [name for name in OPTIONS if not set(flags_of(name)) & set(rows)]
+    assert all(flags_of(name) for name in OPTIONS)
+    assert not missing, f"README's option table lacks {missing}"
+
+
+def test_the_readme_python_api_names_every_option():
+    paragraph = section(README, "Python API").split("\n\n")[1]
+    named = set(re.findall(r"`([a-z_]+)`", paragraph))
+    assert not set(OPTIONS) - named, f"README's Python API paragraph lacks {sorted(set(OPTIONS) - named)}"
+
+
+def test_the_api_docstring_names_every_option():
+    doc = re.sub(r"\s+", " ", api.relabel.__doc__)
+    named = set(re.findall(r"\b[a-z][a-z_]*[a-z]\b", doc.split("options:", 1)[1].split("prompt_group_sizes:")[0]))
+    assert not set(OPTIONS) - named, f"rollout_relabel.relabel's docstring lacks {sorted(set(OPTIONS) - named)}"
+
+
+def test_the_readme_and_help_name_every_estimator_of_the_core():
+    row = next(line for line in section(README, "The CLI").splitlines() if line.startswith("| `--estimator`"))
+    assert set(re.findall(r"`([a-z_]+)`", row)) >= set(NORMALIZING_ESTIMATORS)
+    help_text = next(a.help for a in PARSERS["run"]().declared if a.dest == "estimator")
+    assert all(re.search(rf"\b{name}\b", help_text) for name in NORMALIZING_ESTIMATORS)
+
+
+def test_the_estimators_page_has_a_section_for_every_estimator_of_version_2():
+    headings = re.findall(r"^## `([a-z_]+)`", (Path(ROOT) / "docs" / "estimators.md").read_text(), re.M)
+    assert headings == list(WIDER_FIELD_ESTIMATORS)
+
+
+def test_the_contracts_estimator_table_lists_the_first_versions_estimators():
+    from rollout_relabel.transforms.core.config import CENTRE_ONLY_ESTIMATORS, RLOO, STD_ESTIMATORS
+    text = section((Path(ROOT) / "docs" / "semantics.md").read_text(), "Estimators")
+    table = text.split("| `--estimator` | advantage of a unit", 1)[1].split("\n\n", 1)[0]  # the first table
+    rows = [line for line in table.splitlines() if line.startswith("| `") and "any other name" not in line]
+    named = [name for row in rows for name in re.findall(r"`([a-z_]+)`", row.split("|")[1])]
+    assert sorted(named) == sorted(STD_ESTIMATORS + CENTRE_ONLY_ESTIMATORS + (RLOO,))
+    assert sorted(named + list(WIDER_FIELD_ESTIMATORS)) == sorted(NORMALIZING_ESTIMATORS)

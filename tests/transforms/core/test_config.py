@@ -1,0 +1,47 @@
+"""The contract version a run records comes from the options' field metadata, not from a list kept by hand."""
+import dataclasses
+import itertools
+
+import pytest
+
+from rollout_relabel.transforms.core.config import (
+    CONTRACT_V2,
+    SEMANTICS,
+    SEMANTICS_VERSION,
+    WIDER_FIELD_ESTIMATORS,
+    CoreConfig,
+    since,
+)
+
+
+def test_the_version_2_options_are_marked_in_their_fields():
+    marked = {f.name: f.metadata["contract_version"] for f in dataclasses.fields(CoreConfig)
+              if "contract_version" in f.metadata}
+    assert marked == {"estimator": CONTRACT_V2, "singleton_groups": CONTRACT_V2, "reward_keys": CONTRACT_V2,
+                      "reward_weights": CONTRACT_V2}
+
+
+@pytest.mark.parametrize("semantics", SEMANTICS)
+def test_the_derived_version_is_the_first_releases_rule(semantics):
+    """The rule of the first version-2 release, written out: a version-2 estimator or any of its options."""
+    estimators = ("grpo", "dr_grpo", "rloo", "ppo", *WIDER_FIELD_ESTIMATORS)
+    for estimator, singleton, keys, weights in itertools.product(estimators, ("zero", "raw"), (None, ("a", "b")),
+                                                                 (None, (1.0, 2.0))):
+        if (singleton == "raw" and semantics == "legacy-reshape") or (weights and not keys) or (
+                estimator == "gdpo" and not keys):
+            continue
+        config = CoreConfig(semantics=semantics, estimator=estimator, singleton_groups=singleton, reward_keys=keys,
+                            reward_weights=weights)
+        v2 = (estimator in WIDER_FIELD_ESTIMATORS or singleton != "zero" or keys is not None
+              or weights is not None)
+        assert config.uses_contract_v2 == v2
+        assert config.version == (CONTRACT_V2 if v2 else SEMANTICS_VERSION[semantics])
+
+
+def test_a_field_marked_with_since_is_read_without_another_edit():
+    @dataclasses.dataclass(frozen=True)
+    class Newer(CoreConfig):
+        gamma: float = dataclasses.field(default=1.0, metadata=since(3))
+
+    assert Newer().version == 1 and Newer(gamma=0.5).version == 3
+    assert Newer(gamma=0.5, estimator="gpg").contract_versions_in_use() == {2, 3}
