@@ -27,6 +27,7 @@ test: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python -m bench
 	$(BIN)/python -m bench.rescoring
+	$(BIN)/python -m bench.pt_dumps
 
 clean:
 	rm -rf $(VENV) $(DEMO_DIR) build *.egg-info

@@ -11,7 +11,11 @@ torch's CPU backend (the GPU path) with torch's default intra-op thread
 count and with one thread. Then each estimator (grpo and those of version 2
 of the contract) on numpy in one call, as `by_estimator` with its ratio to
 grpo: gdpo reads two per-key values (the reward, and a seeded 0/1 second
-key), remax a seeded 0/1 baseline per row. Prints one JSON line.
+key), remax a seeded 0/1 baseline per row. `grpo+off-policy` is grpo with version 3's staleness and
+filters on (--max-staleness 1 over seeded versions 0..3, --keep-band 0.05:0.95 over a seeded 0/1 metric,
+--uniform-tolerance 1e-6); its target: >= 0.8x grpo's rows/s. `grpo+off-policy+drop+exclude` adds
+--stale-rows drop and --zero-mask-units exclude (units moved out of the statistics), reported beside it.
+Prints one JSON line.
 
     python -m bench.core_micro DATASET_DIR [--repeat 5] [--device cuda] [--estimators grpo,gdpo]
 
@@ -78,16 +82,29 @@ def main() -> None:
         runs[f"torch cpu, {threads} thread(s)"] = _best_of([on_torch], config, args.repeat)
     best = runs["numpy"]
     by_estimator = estimator_runs(inp, [e for e in args.estimators.split(",") if e], args.repeat)
+    # the off-policy target also in the pipeline's shape: one call per batch
+    per_batch = estimator_runs(inp, [e for e in args.estimators.split(",") if e in ("grpo", "grpo+off-policy")],
+                               args.repeat, per_batch=True)
     print(json.dumps({
         "rows": inp.num_rows, "batches": inp.num_batches, "build_s": build_s, "times_s": best["times_s"],
         "best_s": best["best_s"], "rows_per_s": best["rows_per_s"], "by_backend": runs,
-        "by_estimator": by_estimator,
+        "by_estimator": by_estimator, "by_estimator_per_batch": per_batch,
         "numpy": np.__version__, "torch": torch.__version__, "live_rows": best["live_rows"],
     }))
 
 
 # grpo first: the others' ratio is to it
-ESTIMATORS = ("grpo", "grpo_passk", "opo", "gpg", "remax", "gdpo")
+ESTIMATORS = ("grpo", "grpo_passk", "opo", "gpg", "remax", "gdpo", "grpo_loo", "grpo+off-policy",
+              "grpo+off-policy+drop+exclude")
+OFF_POLICY = {"grpo+off-policy": dict(max_staleness=1, keep_band="0.05:0.95", uniform_tolerance=1e-6),
+              "grpo+off-policy+drop+exclude": dict(max_staleness=1, stale_rows="drop", zero_mask_units="exclude",
+                                                   keep_band="0.05:0.95", uniform_tolerance=1e-6)}
+
+
+def config_for(name: str) -> CoreConfig:
+    if name in OFF_POLICY:
+        return CoreConfig(**OFF_POLICY[name])
+    return CoreConfig(estimator=name, reward_keys=("reward", "second") if name == "gdpo" else None)
 
 
 def with_wider_inputs(inp: CoreInput) -> CoreInput:
@@ -95,20 +112,26 @@ def with_wider_inputs(inp: CoreInput) -> CoreInput:
     rng = np.random.default_rng(16)
     second = rng.integers(0, 2, inp.num_rows).astype(np.float64)
     return replace(inp, reward_parts=np.stack([inp.reward, second]),
-                   baseline=rng.integers(0, 2, inp.num_rows).astype(np.float64))
+                   baseline=rng.integers(0, 2, inp.num_rows).astype(np.float64),
+                   version=rng.integers(0, 4, inp.num_rows).astype(np.float64),
+                   metric=rng.integers(0, 2, inp.num_rows).astype(np.float64))
 
 
-def estimator_runs(inp: CoreInput, estimators, repeat) -> dict:
-    """Each estimator on numpy, one call over all batches; rows/s and the ratio to grpo's."""
-    wider = with_wider_inputs(inp)
+def estimator_runs(inp: CoreInput, estimators, repeat, per_batch: bool = False) -> dict:
+    """Each estimator on numpy, one call over all batches (per_batch: one call per batch, as the pipeline
+    calls it); rows/s and the ratio to grpo's."""
+    wider = [with_wider_inputs(inp)]
+    if per_batch:
+        wider = split_batches(wider[0])
     runs = {}
     for name in estimators:
-        config = CoreConfig(estimator=name, reward_keys=("reward", "second") if name == "gdpo" else None)
-        runs[name] = _best_of([wider], config, repeat)
+        runs[name] = _best_of(wider, config_for(name), repeat)
         del runs[name]["times_s"]
     if "grpo" in runs:
         for run in runs.values():
             run["ratio_to_grpo"] = run["rows_per_s"] / runs["grpo"]["rows_per_s"]
+            # the same on the thread's CPU time: steadier where other processes share the cores
+            run["cpu_ratio_to_grpo"] = runs["grpo"]["best_cpu_s"] / run["best_cpu_s"]
     return runs
 
 
@@ -126,13 +149,15 @@ def _best_of(inputs: list[CoreInput], config, repeat) -> dict:
     """Best time of relabelling every input (one call each) after a warm-up."""
     for inp in inputs:
         compute_advantages(inp, config)
-    times = []
+    times, cpu = [], []
     for _ in range(repeat):
-        t = time.perf_counter()
+        t, c = time.perf_counter(), time.thread_time()
         outs = [compute_advantages(inp, config) for inp in inputs]
         times.append(time.perf_counter() - t)
+        cpu.append(time.thread_time() - c)
     rows = sum(inp.num_rows for inp in inputs)
-    return {"times_s": times, "best_s": min(times), "rows_per_s": rows / min(times), "calls": len(inputs),
+    return {"times_s": times, "best_s": min(times), "best_cpu_s": min(cpu), "rows_per_s": rows / min(times),
+            "calls": len(inputs),
             "live_rows": sum(int((out.problem == 0).sum()) for out in outs)}
 
 
@@ -153,7 +178,7 @@ def device_main(args) -> None:
     wider = with_wider_inputs(inp).to(args.device)
     by_estimator = {}
     for name in [e for e in args.estimators.split(",") if e]:
-        estimator_config = CoreConfig(estimator=name, reward_keys=("reward", "second") if name == "gdpo" else None)
+        estimator_config = config_for(name)
         compute_advantages(wider, estimator_config)
         torch.cuda.synchronize()
         best_e = float("inf")

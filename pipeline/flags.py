@@ -13,8 +13,11 @@ import dataclasses
 from rollout_relabel.transforms.core.config import (
     MAINSTREAM_POLICIES,
     NORMALIZING_ESTIMATORS,
+    PASS_THROUGH_ESTIMATORS,
     SEMANTICS,
     SINGLETON_RULES,
+    STALE_ROWS,
+    ZERO_MASK_UNITS,
     CoreConfig,
 )
 from rollout_relabel.transforms.lib.errors import UsageError
@@ -97,7 +100,8 @@ def add_labeling(parser: argparse.ArgumentParser) -> None:
                        help="normalization semantics (docs/semantics.md)")
     group.add_argument("--estimator", default=default("estimator"),
                        help=", ".join(NORMALIZING_ESTIMATORS) + " (remax needs --baseline-column, gdpo "
-                            f"--reward-keys; default {default('estimator')}); others pass through")
+                            f"--reward-keys; default {default('estimator')}); "
+                            + ", ".join(PASS_THROUGH_ESTIMATORS) + " pass through")
     group.add_argument("--std-normalization", dest="std_normalization", action=argparse.BooleanOptionalAction,
                        default=default("std_normalization"),
                        help="divide by the group std (grpo/gspo/cispo; default on)")
@@ -119,6 +123,26 @@ def add_labeling(parser: argparse.ArgumentParser) -> None:
                        help="which row of a rollout supplies its reward (rollout semantics only)")
     group.add_argument("--drop-uniform-groups", action="store_true",
                        help="groups whose rewards are all equal go to filtered.parquet")
+    # version 3: off-policy preprocessing (docs/semantics.md, "Off-policy preprocessing")
+    group.add_argument("--version-column", dest="version_column", metavar="COL",
+                       help="weight version per row (a list: its smallest); read with --max-staleness")
+    group.add_argument("--max-staleness", dest="max_staleness", type=int, metavar="K",
+                       help="units more than K versions old are stale: filtered (reason stale)")
+    group.add_argument("--current-version", dest="current_version", type=int, metavar="V",
+                       help="the current weight version (default: the batch's newest)")
+    group.add_argument("--stale-rows", dest="stale_rows", choices=STALE_ROWS, default=default("stale_rows"),
+                       metavar="MODE",
+                       help="baseline-only (default: stale units stay in the statistics) or drop")
+    group.add_argument("--zero-mask-units", dest="zero_mask_units", choices=ZERO_MASK_UNITS,
+                       default=default("zero_mask_units"),
+                       metavar="MODE", help="baseline (default), or exclude: no-token units out of the statistics")
+    group.add_argument("--filter-metric", dest="filter_metric", metavar="COL",
+                       help="the column --keep-band averages (booleans 0/1) instead of the rewards")
+    group.add_argument("--keep-band", dest="keep_band", metavar="LO:HI",
+                       help="groups whose mean metric is outside [LO, HI] are filtered (metric-band)")
+    group.add_argument("--uniform-tolerance", dest="uniform_tolerance", type=float,
+                       default=default("uniform_tolerance"), metavar="EPS",
+                       help="uniform (advantage 0) when unit values differ by <= EPS (default 0)")
     group.add_argument("--column", dest="columns", action="append", metavar="NAME=SOURCE",
                        help=f"read the interpreted column NAME ({', '.join(MAPPABLE)}) from SOURCE: a column, or "
                             "a dotted path into a struct/map column (a number steps into a list: rewards.0); "

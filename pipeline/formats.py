@@ -9,19 +9,21 @@ from __future__ import annotations
 from rollout_relabel.transforms.lib.errors import UsageError
 
 PRESETS: dict[str, list[str]] = {
-    # our own layouts: slime / miles .pt dumps are read as they are
-    "slime": [],
-    "miles": [],
+    # our own layouts: slime / miles .pt dumps are read as they are; a sample's weight versions (one per turn)
+    # are read under --max-staleness
+    "slime": ["--version-column=weight_versions"],
+    "miles": ["--version-column=weight_versions"],
     # verl `_write_generations` ({step}.jsonl, one line per response; v1 trainer: uid = {uid}_{session}_{index}),
     # verl's GRPO: rows of one uid, mean and std (ddof 1) over them, eps 1e-6, a one-row group (0 - 0) / (1 + eps)
     "verl": ["--column=reward=score", "--column=group_index=uid", "--group-key=verl-uid",
              "--batch-from=file", "--semantics=group-index", "--singleton-groups=raw"],
     # AReaL `_dump_trajectory` (.../{version}/{task_id}.jsonl: one file per prompt group, one folder per version)
-    "areal": ["--column=group_index=task_id", "--batch-from=folder", "--semantics=group-index"],
+    "areal": ["--column=group_index=task_id", "--batch-from=folder", "--semantics=group-index",
+              "--version-column=head_version"],
     # NeMo-RL train_data_step{N}.jsonl: every value wrapped in a 1-element list; groups are consecutive blocks of
-    # num_generations_per_prompt (16) rows; leave-one-out baseline (grpo.use_leave_one_out_baseline: true)
+    # num_generations_per_prompt (16) rows; GRPOAdvantageEstimator's defaults: leave-one-out baseline and std
     "nemo-rl": ["--column=reward=rewards.0", "--column=response_length=input_lengths.0", "--batch-from=file",
-                "--semantics=group-index", "--n-samples-per-prompt=16", "--estimator=rloo"],
+                "--semantics=group-index", "--n-samples-per-prompt=16", "--estimator=grpo_loo"],
     # TRL completions_{step:05d}.parquet: `step`, one column per reward function (name it: --column reward=NAME),
     # `advantage`; groups are consecutive slices of num_generations (8); mean and std (ddof 1) per group
     "trl": ["--semantics=group-index", "--n-samples-per-prompt=8"],

@@ -33,8 +33,9 @@ def build(p: beam.Pipeline, settings: RunSettings, files: list[InputFile], group
     """Add the relabel graph to `p`; returns the PCollection holding the manifest dict.
 
     Only the stages the inputs need are built: the shuffle path exists only when
-    some group of files is too big for one worker, filtered.parquet only with
-    --drop-uniform-groups (every unused stage costs start-up time on every runner).
+    some group of files is too big for one worker, filtered.parquet only when rows
+    can be filtered: --drop-uniform-groups, --max-staleness, --keep-band (every unused stage costs start-up
+    time on every runner).
     `groups`: group_by_batch_sharing(files), when the caller has it already.
     """
     # (one-pass groups, shuffle-path files)
@@ -51,7 +52,7 @@ def build(p: beam.Pipeline, settings: RunSettings, files: list[InputFile], group
         for tag, collection in _shuffle_path(p, settings, shared).items():
             outputs[tag].append(collection)
 
-    kinds = [DEAD, FILTERED] if settings.labeling.drop_uniform_groups else [DEAD]
+    kinds = [DEAD, FILTERED] if settings.labeling.filters_rows else [DEAD]
     records = [outputs[kind]
                | f"Flatten{kind.title()}Records" >> beam.Flatten()
                | f"Mark{kind.title()}Records" >> beam.Map(ExcludedRows, kind) for kind in kinds]

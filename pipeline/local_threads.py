@@ -50,6 +50,14 @@ def parallel_decode(threads: int) -> bool:
     return threads < cores()
 
 
+def pt_processes(threads: int, files) -> int:
+    """Processes to read local `.pt` dumps on: one per worker thread when there are several and a dump
+    is local (0: each thread reads its own). Unpickling holds the GIL, so threads alone would take turns
+    on it; a process per thread lets them read together from the first file (docs/performance.md)."""
+    local_dumps = any(f.path.lower().endswith((".pt", ".pth")) and "://" not in f.path for f in files)
+    return threads if threads > 1 and local_dumps else 0
+
+
 def available_memory(cgroup: str = "/sys/fs/cgroup") -> int:
     """Bytes this process may still use: the machine's available memory, or less under a cgroup v2 limit."""
     import psutil

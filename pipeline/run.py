@@ -14,6 +14,7 @@ from rollout_relabel.pipeline.local_threads import (
     claim_local_threads,
     local_thread_count,
     parallel_decode,
+    pt_processes,
     use_local_threads,
 )
 from rollout_relabel.pipeline.parse import Parsed, parse
@@ -36,6 +37,7 @@ from rollout_relabel.transforms.lib.output.output_dir import (
     refuse_other_options,
     remove_run_outputs,
 )
+from rollout_relabel.transforms.lib.worker import processes
 
 
 @dataclass
@@ -66,6 +68,10 @@ class RunOutcome:
                              + f"  -> {filesystem.join(self.output, dead['file'])}")
             else:
                 lines.append("dead letters none")
+            filtered = self.manifest.get("filtered") or {}
+            if filtered.get("by_reason"):
+                lines.append("filtered    " + ", ".join(f"{k}: {v}" for k, v in filtered["by_reason"].items())
+                             + f"  -> {filesystem.join(self.output, filtered['file'])}")
             lines.append(f"output      {self.output}")
         return "\n".join(lines)
 
@@ -142,11 +148,14 @@ def _relabel(parsed: Parsed, settings: RunSettings, files, runner_check: RunnerC
         group_bytes = [sum(footers[f.path].decoded_bytes for f in group) for group in one_pass]
         threads = local_thread_count(settings.local_threads, group_bytes, available_memory(), shuffled=bool(shared))
         use_local_threads(options, threads)
-        settings = replace(settings, parallel_decode=parallel_decode(threads))
+        settings = replace(settings, parallel_decode=parallel_decode(threads),
+                           pt_processes=pt_processes(threads, files))
     if settings.dry_run:
         return RunOutcome(ExitCode.OK, output, None, [plan(parsed, settings, files, runner_check, groups)])
 
     pipeline = test_pipeline if test_pipeline is not None else beam.Pipeline(options=options)
+    if settings.pt_processes:
+        processes.warm(settings.pt_processes)  # its processes start while Beam builds and starts the pipeline
     build(pipeline, settings, files, groups)
     try:
         with progress.showing(progress.part_files(output, [f.output for f in files]), len(files), "relabel run",

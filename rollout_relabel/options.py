@@ -76,6 +76,8 @@ def _checked(name, value, hint):
         return None
     if kind is int and isinstance(value, numbers.Integral) and not isinstance(value, bool):
         return int(value)  # numpy integers too: the core compares plain ints
+    if kind is float and isinstance(value, numbers.Real) and not isinstance(value, bool):
+        return float(value)  # an int or a numpy float where a float is asked (uniform_tolerance=0)
     if typing.get_origin(kind) is tuple:  # tuple[str, ...] (columns, reward_keys): a list or tuple of them
         item = typing.get_args(kind)[0]
         if isinstance(value, (list, tuple)) and all(_is(v, item) for v in value):

@@ -68,10 +68,15 @@ SLIM_GROUP_TEXT = pa.field("group_text", pa.string())
 SLIM_ROLLOUT_TEXT = pa.field("rollout_text", pa.string())
 # `relabel compare --a column:NAME`: the advantage the input stores (null where absent or not a number)
 SLIM_STORED_ADVANTAGE = pa.field("stored_advantage", pa.float64())
+# version 3: the row's weight version (--version-column, read under --max-staleness) and --filter-metric's
+# value; null where absent or unusable (the core decides whose value counts: missing-version, missing-metric)
+SLIM_VERSION = pa.field("version", pa.float64())
+SLIM_METRIC = pa.field("metric", pa.float64())
 
 
 def slim_schema(reward_parts: bool = False, baseline: bool = False, group_text: bool = False,
-                rollout_text: bool = False, stored_advantage: bool = False) -> pa.Schema:
+                rollout_text: bool = False, stored_advantage: bool = False, version: bool = False,
+                metric: bool = False) -> pa.Schema:
     schema = SLIM
     if reward_parts:
         schema = schema.append(SLIM_REWARD_PARTS)
@@ -83,6 +88,10 @@ def slim_schema(reward_parts: bool = False, baseline: bool = False, group_text: 
         schema = schema.append(SLIM_ROLLOUT_TEXT)
     if stored_advantage:
         schema = schema.append(SLIM_STORED_ADVANTAGE)
+    if version:
+        schema = schema.append(SLIM_VERSION)
+    if metric:
+        schema = schema.append(SLIM_METRIC)
     return schema
 
 # Per-row result of the advantage computation, joined back to its source file.

@@ -25,13 +25,15 @@ ROW_UNIT_SEMANTICS = ("legacy-reshape", "group-index")
 # Version 2 of the contract, "Estimators from the wider field"
 WIDER_FIELD = ("grpo_passk", "opo", "gpg", "remax", "gdpo")
 WHITEN_EPS = 1e-8
-ESTIMATORS_DIVIDING_BY_STD = STD_ESTIMATORS + ("grpo_passk", "gdpo")
+# Version 3: NeMo-RL's leave-one-out GRPO
+GRPO_LOO = "grpo_loo"
+ESTIMATORS_DIVIDING_BY_STD = STD_ESTIMATORS + ("grpo_passk", "gdpo", GRPO_LOO)
 
 
 def normalizes(config: CoreConfig) -> bool:
-    """Any other estimator, or --no-rewards-normalization: advantage = reward value, unchanged."""
+    """The pass-through estimators, or --no-rewards-normalization: advantage = reward value, unchanged."""
     return config.rewards_normalization and config.estimator in (
-        STD_ESTIMATORS + CENTRE_ONLY_ESTIMATORS + (RLOO,) + WIDER_FIELD)
+        STD_ESTIMATORS + CENTRE_ONLY_ESTIMATORS + (RLOO,) + WIDER_FIELD + (GRPO_LOO,))
 
 
 def row_units(config: CoreConfig) -> bool:
@@ -56,8 +58,12 @@ NON_FINITE_ADVANTAGE = "non-finite-advantage"
 PASSK_SINGLETON = "passk-singleton-group"
 MISSING_BASELINE = "missing-baseline"
 GDPO_TOO_FEW_TOKENS = "gdpo-too-few-tokens"
+MISSING_VERSION = "missing-version"
+MISSING_METRIC = "missing-metric"
+STALE, METRIC_BAND, UNIFORM_GROUP = "stale", "metric-band", "uniform-group"  # filtered rows
 for _name in (PARTIAL_GROUP_INDEX, MISSING_N, NOT_MULTIPLE, SIZES_MISMATCH, SIBLING_MISMATCH,
-              NON_FINITE_ADVANTAGE, PASSK_SINGLETON, MISSING_BASELINE, GDPO_TOO_FEW_TOKENS):
+              NON_FINITE_ADVANTAGE, PASSK_SINGLETON, MISSING_BASELINE, GDPO_TOO_FEW_TOKENS,
+              MISSING_VERSION, MISSING_METRIC, STALE, METRIC_BAND, UNIFORM_GROUP):
     assert _name in REASONS, _name
 
 
@@ -71,6 +77,8 @@ class Row:
     problem: str = ""             # row-level bad-input reason from the adapter, "" if fine
     parts: list[float] | None = None  # gdpo: the row's value of each --reward-keys field
     baseline: float | None = None     # remax: the --baseline-column value; None/NaN/inf = missing
+    version: float | None = None      # --max-staleness: the row's weight version; None/NaN/inf = missing
+    metric: float | None = None       # --filter-metric: the row's metric value; None/NaN/inf = missing
 
 
 @dataclass
@@ -87,6 +95,7 @@ class RowResult:
     rollout_mask_sum: int
     problem: str                  # "" when the row is written
     uniform: bool
+    filtered: str = ""            # why a live row goes to filtered.parquet instead ("" when written)
 
 
 def to_float32(x: float) -> float:
@@ -203,6 +212,34 @@ def _grpo_like(values: list[float], config: CoreConfig, divide: bool) -> list[fl
     return centred
 
 
+def is_uniform(values: list[float], config: CoreConfig) -> bool:
+    """Two or more values, all equal, or (--uniform-tolerance EPS) the largest minus the smallest <= EPS."""
+    if len(values) < 2:
+        return False
+    if config.uniform_tolerance == 0:
+        return all(v == values[0] for v in values)
+    return max(values) - min(values) <= config.uniform_tolerance
+
+
+def _leave_one_out(values: list[float], config: CoreConfig) -> list[float]:
+    """grpo_loo (NeMo-RL): each unit against the mean of the others; with the std flag divided by
+    (s + 1e-6), s the sample std of the others, where s > 0 (s = 0 for k = 2 or equal others). k = 1: 0."""
+    k = len(values)
+    if k == 1:
+        return [0.0]
+    out = []
+    for i, r in enumerate(values):
+        others = values[:i] + values[i + 1:]
+        advantage = r - _mean(others)
+        if config.std_normalization:
+            equal = all(v == others[0] for v in others)
+            s = 0.0 if (k == 2 or equal) else _sample_std(others)
+            if s > 0:
+                advantage = advantage / (s + STD_EPS)
+        out.append(advantage)
+    return out
+
+
 def _passk(values: list[float], config: CoreConfig) -> list[float]:
     """k >= 2 (a one-unit group is bad input before this): the earliest largest unit gets
     (largest - second largest, repeats counted), the others 0."""
@@ -223,11 +260,14 @@ def unit_advantages(unit_rewards: list[float], config: CoreConfig, estimator: st
     estimator = estimator or config.estimator
     k = len(unit_rewards)
     raw = config.singleton_groups == "raw"
-    uniform = k >= 2 and all(r == unit_rewards[0] for r in unit_rewards)
-    if uniform:
-        return [0.0] * k
-    if estimator == "remax":                          # no group statistics
+    if k == 0:                                        # every unit out of the statistics
+        return []
+    if estimator == "remax":                          # per unit (version 3): no hygiene rule, no one-unit rule
         return [r - b for r, b in zip(unit_rewards, baselines)]
+    if is_uniform(unit_rewards, config):
+        return [0.0] * k
+    if estimator == GRPO_LOO:
+        return _leave_one_out(unit_rewards, config)
     if estimator == "grpo_passk":
         return _passk(unit_rewards, config)
     if estimator == "opo":
@@ -268,13 +308,21 @@ class _Group:
     problem: str = ""
     uniform: bool = False
     unit_values: list[float] | None = None   # per unit: advantage (float64), or S under gdpo
+    stale: list[bool] | None = None          # per unit (version 3)
+    in_stats: list[bool] | None = None       # per unit: takes part in the group's statistics (version 3)
+    band_out: bool = False                   # the group's mean metric lies outside --keep-band
+
+    def stat_rows(self) -> list[int]:
+        """The mainstream rows of the units in the statistics."""
+        return [m for m, inside in zip(self.mainstream_rows, self.in_stats) if inside]
 
 
 def _missing(value) -> bool:
     return value is None or not math.isfinite(value)
 
 
-def _build_group(rows: list[Row], members: list[int], config: CoreConfig) -> _Group:
+def _build_group(rows: list[Row], members: list[int], config: CoreConfig, current: float | None,
+                 metric: bool) -> _Group:
     # rollouts inside the group (used for rollout_mask_sum under every semantics)
     rollouts: dict[object, list[int]] = {}
     for i in members:
@@ -306,6 +354,18 @@ def _build_group(rows: list[Row], members: list[int], config: CoreConfig) -> _Gr
         mainstream_rows.append(chosen)
     group = _Group(members, units, mainstream_rows, mask_sum)
 
+    # version 3: stale units (their mainstream row's version) and the units in the statistics
+    staleness_on = config.max_staleness is not None
+    group.stale = [staleness_on and not _missing(rows[m].version) and current - rows[m].version > config.max_staleness
+                   for m in mainstream_rows]
+    group.in_stats = []
+    for unit, stale in zip(units, group.stale):
+        dropped = stale and config.stale_rows == "drop"
+        no_tokens = (config.zero_mask_units == "exclude" and normalizes(config)
+                     and sum(rows[i].trainable for i in unit) == 0)
+        group.in_stats.append(not dropped and not no_tokens)
+    stat_rows = group.stat_rows()
+
     # problems, in precedence order
     for i in members:
         if rows[i].problem:
@@ -320,22 +380,46 @@ def _build_group(rows: list[Row], members: list[int], config: CoreConfig) -> _Gr
             if not same:
                 group.problem = SIBLING_MISMATCH
                 return group
-    if normalizes(config) and config.estimator == "grpo_passk" and len(units) == 1:
+    if normalizes(config) and config.estimator == "grpo_passk" and len(stat_rows) == 1:
         group.problem = PASSK_SINGLETON
     if normalizes(config) and config.estimator == "remax" and any(_missing(rows[m].baseline)
                                                                   for m in mainstream_rows):
         group.problem = MISSING_BASELINE
+    if group.problem:
+        return group
+    if staleness_on and any(_missing(rows[m].version) for m in mainstream_rows):
+        group.problem = MISSING_VERSION
+        return group
+    if config.keep_band is not None:
+        if metric and any(_missing(rows[m].metric) for m in stat_rows):
+            group.problem = MISSING_METRIC
+            return group
+        values = [rows[m].metric if metric else rows[m].reward for m in stat_rows]
+        if values:
+            low, high = (float(x) for x in config.keep_band.split(":"))
+            mean = _mean(values)
+            group.band_out = mean < low or mean > high
     return group
 
 
-def _relabel_batch(batch: Batch, config: CoreConfig, drop_uniform_groups: bool = False) -> list[RowResult]:
+def _current_version(rows: list[Row], config: CoreConfig) -> float | None:
+    """--current-version, else the largest usable row version of the batch (every row, whatever its group)."""
+    if config.current_version is not None:
+        return float(config.current_version)
+    versions = [row.version for row in rows if not _missing(row.version)]
+    return max(versions) if versions else None
+
+
+def _relabel_batch(batch: Batch, config: CoreConfig, drop_uniform_groups: bool = False,
+                   metric: bool = False) -> list[RowResult]:
     rows = batch.rows
     if not rows:
         return []
     grouped, batch_problem = group_rows(batch, config)
     if batch_problem:
         return [RowResult(None, False, 0, 0, batch_problem, False) for _ in rows]
-    groups = [_build_group(rows, members, config) for members in grouped]
+    current = _current_version(rows, config)
+    groups = [_build_group(rows, members, config, current, metric) for members in grouped]
     gdpo = normalizes(config) and config.estimator == "gdpo"
 
     alpha = None
@@ -343,7 +427,7 @@ def _relabel_batch(batch: Batch, config: CoreConfig, drop_uniform_groups: bool =
         units_ok = non_zero = 0
         for g in groups:
             if not g.problem:
-                for m in g.mainstream_rows:
+                for m in g.stat_rows():
                     units_ok += 1
                     non_zero += rows[m].reward != 0
         alpha = units_ok / max(1, non_zero)
@@ -352,30 +436,47 @@ def _relabel_batch(batch: Batch, config: CoreConfig, drop_uniform_groups: bool =
     for g in groups:
         if g.problem:
             continue
-        unit_rewards = [rows[m].reward for m in g.mainstream_rows]
+        stat_rows = g.stat_rows()
         if gdpo:
             g.unit_values = _gdpo_scores(rows, g, config)
-            g.uniform = len(g.units) >= 2 and all(rows[m].parts == rows[g.mainstream_rows[0]].parts
-                                                  for m in g.mainstream_rows)
+            g.uniform = all(is_uniform([rows[m].parts[j] for m in stat_rows], config)
+                            for j in range(len(config.reward_keys)))
             if not all(math.isfinite(v) for v in g.unit_values):
                 g.problem = NON_FINITE_ADVANTAGE
             continue
-        g.uniform = len(unit_rewards) >= 2 and all(r == unit_rewards[0] for r in unit_rewards)
+        g.uniform = is_uniform([rows[m].reward for m in stat_rows], config)
         if not normalizes(config):
             for i in g.members:
                 advantages[i] = to_float32(rows[i].reward)
         else:
-            lengths = [sum(rows[i].trainable for i in unit) for unit in g.units]
-            baselines = [rows[m].baseline for m in g.mainstream_rows]
-            per_unit = unit_advantages(unit_rewards, config, lengths=lengths, alpha=alpha, baselines=baselines)
-            for unit, adv in zip(g.units, per_unit):
+            stat_units = [u for u, inside in zip(g.units, g.in_stats) if inside]
+            lengths = [sum(rows[i].trainable for i in unit) for unit in stat_units]
+            baselines = [rows[m].baseline for m in stat_rows]
+            per_unit = unit_advantages([rows[m].reward for m in stat_rows], config, lengths=lengths, alpha=alpha,
+                                       baselines=baselines)
+            values = iter(per_unit)
+            for unit, inside in zip(g.units, g.in_stats):
+                value = next(values) if inside else 0.0   # a unit out of the statistics is written with 0
                 for i in unit:
-                    advantages[i] = to_float32(adv)
+                    advantages[i] = to_float32(value)
         if not all(math.isfinite(advantages[i]) for i in g.members):
             g.problem = NON_FINITE_ADVANTAGE
 
+    filtered = {}
+    for g in groups:
+        for unit, stale in zip(g.units, g.stale):
+            for i in unit:
+                if stale:
+                    filtered[i] = STALE
+                elif g.band_out:
+                    filtered[i] = METRIC_BAND
+                elif drop_uniform_groups and g.uniform:
+                    filtered[i] = UNIFORM_GROUP
+                else:
+                    filtered[i] = ""
+
     if gdpo:
-        _gdpo_whiten(rows, groups, advantages, drop_uniform_groups)
+        _gdpo_whiten(rows, groups, advantages, filtered)
 
     results: list[RowResult | None] = [None] * len(rows)
     mainstream_set = {m for g in groups for m in g.mainstream_rows}
@@ -388,30 +489,37 @@ def _relabel_batch(batch: Batch, config: CoreConfig, drop_uniform_groups: bool =
                 rollout_mask_sum=g.mask_sum[i],
                 problem=g.problem,
                 uniform=g.uniform if not g.problem else False,
+                filtered="" if g.problem else filtered[i],
             )
     assert all(r is not None for r in results)
     return results  # type: ignore[return-value]
 
 
 def _gdpo_scores(rows: list[Row], g: _Group, config: CoreConfig) -> list[float]:
-    """S per unit: the weighted sum over keys of each key's grpo advantage."""
+    """S per unit: the weighted sum over keys of each key's grpo advantage (0 for a unit out of the statistics)."""
     n_keys = len(config.reward_keys)
     weights = config.reward_weights if config.reward_weights is not None else [1.0] * n_keys
+    stat_rows = g.stat_rows()
     per_key = []
     for j in range(n_keys):
-        values = [rows[m].parts[j] for m in g.mainstream_rows]
+        values = [rows[m].parts[j] for m in stat_rows]
         per_key.append(unit_advantages(values, config, estimator="grpo"))
     scores = []
-    for u in range(len(g.units)):
+    u = 0
+    for inside in g.in_stats:
+        if not inside:
+            scores.append(0.0)
+            continue
         total = 0.0
         for j in range(n_keys):
             total += weights[j] * per_key[j][u]
         scores.append(total)
+        u += 1
     return scores
 
 
 def _gdpo_whiten(rows: list[Row], groups: list[_Group], advantages: dict[int, float],
-                 drop_uniform_groups: bool) -> None:
+                 filtered: dict[int, str]) -> None:
     """Token-weighted whitening of S over the batch's written rows (verl's masked_whiten)."""
     row_score = {}
     for g in groups:
@@ -419,8 +527,7 @@ def _gdpo_whiten(rows: list[Row], groups: list[_Group], advantages: dict[int, fl
             for unit, score in zip(g.units, g.unit_values):
                 for i in unit:
                     row_score[i] = score
-    written = [i for g in groups if not g.problem and not (drop_uniform_groups and g.uniform)
-               for i in sorted(g.members)]
+    written = [i for g in groups if not g.problem for i in sorted(g.members) if not filtered[i]]
     written.sort()
     tokens = 0.0
     for i in written:
@@ -442,14 +549,15 @@ def _gdpo_whiten(rows: list[Row], groups: list[_Group], advantages: dict[int, fl
     for g in groups:
         if g.problem:
             continue
-        for i in g.members:
-            advantages[i] = to_float32((row_score[i] - mean) / scale)
+        for unit, inside in zip(g.units, g.in_stats):
+            for i in unit:   # a unit out of the statistics is written with 0
+                advantages[i] = to_float32((row_score[i] - mean) / scale) if inside else 0.0
         if not all(math.isfinite(advantages[i]) for i in g.members):
             g.problem = NON_FINITE_ADVANTAGE
 
 
-def reference_relabel(batches: list[Batch], config: CoreConfig,
-                      drop_uniform_groups: bool = False) -> list[list[RowResult]]:
+def reference_relabel(batches: list[Batch], config: CoreConfig, drop_uniform_groups: bool = False,
+                      metric: bool = False) -> list[list[RowResult]]:
     """Relabel each batch independently (a prompt group never spans batches).
 
     Decisions where docs/semantics.md is silent:
@@ -479,8 +587,22 @@ def reference_relabel(batches: list[Batch], config: CoreConfig,
       group without recomputing the batch's mu and sigma;
     - precedence: batch problem > row problem > sibling-reward-mismatch > passk-singleton-group /
       missing-baseline > non-finite-advantage > gdpo-too-few-tokens.
+
+    Version 3 (docs/semantics.md, "Off-policy preprocessing" and grpo_loo), where the contract is silent
+    (`metric`: rows carry --filter-metric values; otherwise the band reads the unit values):
+    - a unit's version, and so its staleness, is its mainstream row's; a missing version on any unit kills
+      its group (missing-version); the batch's current version is the largest usable version over all its
+      rows, whatever their group;
+    - --zero-mask-units exclude applies to the estimators that compute advantages; an excluded unit (and a
+      dropped stale one) is out of k, the uniform test, the band's mean, grpo_passk's one-unit test and
+      gpg's B and m; an excluded unit is written with 0, also under gdpo (after the whitening);
+    - the band's mean is over the units in the statistics; a group with none stays; a missing metric on
+      one of those units kills its group (missing-metric);
+    - precedence: ... > passk-singleton-group / missing-baseline > missing-version > missing-metric >
+      non-finite-advantage > gdpo-too-few-tokens; filtered rows (stale > metric-band > uniform-group) are
+      not written, so gdpo's whitening leaves them out.
     """
-    return [_relabel_batch(batch, config, drop_uniform_groups) for batch in batches]
+    return [_relabel_batch(batch, config, drop_uniform_groups, metric) for batch in batches]
 
 
 def batch_counters(results: list[RowResult]) -> tuple[int, int, int]:

@@ -366,3 +366,40 @@ def test_gdpo_batch_level_rules():
     mu = (3 * s - s) / (4 + 1e-8)
     var = (3 * (s - mu) ** 2 + (-s - mu) ** 2) / (4 + 1e-8) * 4 / 3
     assert advantages(dropped)[:2] == approx([(s - mu) / math.sqrt(var + 1e-8), (-s - mu) / math.sqrt(var + 1e-8)])
+
+
+# ---- version 3 of the contract, hand-computed
+
+def test_remax_is_per_unit():
+    rows = [Row(1.0, 1, rollout_id=1, baseline=0.0), Row(1.0, 1, rollout_id=2, baseline=0.5)]
+    [out] = reference_relabel([Batch(rows)], CoreConfig(estimator="remax"))
+    assert advantages(out) == [1.0, 0.5]  # equal rewards, different baselines: not 0
+    [out] = reference_relabel([Batch(rows[:1])], CoreConfig(estimator="remax", singleton_groups="raw"))
+    assert advantages(out) == [1.0]
+
+
+def test_grpo_loo():
+    rows = [Row(float(r), 1, rollout_id=i) for i, r in enumerate([1, 0, 0])]
+    [out] = reference_relabel([Batch(rows)], CoreConfig(estimator="grpo_loo"))
+    # the 1: others (0, 0), s = 0, A = 1; a 0: others (1, 0), b = 0.5, s = 0.707107, A = -0.5 / (s + 1e-6)
+    assert advantages(out) == approx([1.0, -0.5 / (math.sqrt(0.5) + 1e-6), -0.5 / (math.sqrt(0.5) + 1e-6)])
+    [out] = reference_relabel([Batch(rows)], CoreConfig(estimator="grpo_loo", std_normalization=False))
+    assert advantages(out) == [1.0, -0.5, -0.5]
+    [out] = reference_relabel([Batch(rows[:2])], CoreConfig(estimator="grpo_loo"))
+    assert advantages(out) == [1.0, -1.0]  # k = 2: s = 0
+    [out] = reference_relabel([Batch(rows[:1])], CoreConfig(estimator="grpo_loo", singleton_groups="raw"))
+    assert advantages(out) == [0.0]
+
+
+def test_staleness_and_filters():
+    rows = [Row(1.0, 1, rollout_id=1, version=5), Row(0.0, 1, rollout_id=2, version=3),
+            Row(1.0, 1, rollout_id=3, version=4), Row(0.0, 0, rollout_id=4, version=5)]
+    config = CoreConfig(std_normalization=False, max_staleness=1)
+    [out] = reference_relabel([Batch(rows)], config)
+    assert advantages(out) == [0.5, -0.5, 0.5, -0.5] and [r.filtered for r in out] == ["", "stale", "", ""]
+    [out] = reference_relabel([Batch(rows)], CoreConfig(std_normalization=False, max_staleness=1, stale_rows="drop",
+                                                        zero_mask_units="exclude"))
+    assert advantages(out) == [0.0, 0.0, 0.0, 0.0]  # the stats hold (1, 1): uniform
+    assert [r.uniform for r in out] == [True] * 4
+    [out] = reference_relabel([Batch(rows)], CoreConfig(std_normalization=False, keep_band="0.6:1"))
+    assert [r.filtered for r in out] == ["metric-band"] * 4  # mean reward 0.5

@@ -64,6 +64,9 @@ class RelabelGroups(beam.PTransform):
         if labeling.core.normalizes and labeling.core.estimator in BATCH_LEVEL_ESTIMATORS:
             raise ValueError(f"--estimator {labeling.core.estimator} has a batch-level step (over a whole batch); "
                              "a row stream labels one prompt group at a time")
+        if labeling.core.max_staleness is not None and labeling.core.current_version is None:
+            raise ValueError("--max-staleness measures from the batch's newest version, which a row stream (one "
+                             "prompt group at a time) does not see: give --current-version V")
         self._fn = RelabelGroupFn(labeling, device)
 
     def expand(self, groups):

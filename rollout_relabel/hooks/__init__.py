@@ -22,6 +22,15 @@ instead of raising BadRollouts. Any other ROLLOUT_RELABEL_* variable is an
 error naming it, so a misspelt option is never silently ignored; so is an
 option a hook cannot apply (HOOK_REFUSES says why).
 
+Off-policy preprocessing (docs/semantics.md) reads samples' attributes: under
+ROLLOUT_RELABEL_MAX_STALENESS, ROLLOUT_RELABEL_VERSION_COLUMN names the sample
+attribute holding its version (default weight_versions, slime's and miles';
+a list gives its smallest; `metadata.KEY` reads a metadata key), and
+ROLLOUT_RELABEL_FILTER_METRIC the attribute ROLLOUT_RELABEL_KEEP_BAND averages.
+
+The trainer trains every sample it is given: a sample `relabel run` would filter (stale, metric-band) gets
+reward 0 here, counted in a warning.
+
 Imports numpy and the project's numeric core only: no Beam, no pyarrow.
 """
 from __future__ import annotations
@@ -72,6 +81,7 @@ def env_name(option: str) -> str:
     return PREFIX + option.upper()
 
 
+DEFAULT_VERSION_FIELD = "weight_versions"  # slime / miles Sample: the version column under --max-staleness
 # the source a dead-letter message names: `relabel run` names the dump's path, the hook has none
 SOURCE = "<samples>"
 BATCH = f"file={SOURCE}"
@@ -112,6 +122,8 @@ def labeling_from(args, environ=None) -> Labeling:
         elif name in TRAINER_ARGS and getattr(args, TRAINER_ARGS[name], None) is not None:
             value = getattr(args, TRAINER_ARGS[name])
             values[name] = bool(value) if isinstance(value, (bool, np.bool_)) else value
+    if values.get("max_staleness") is not None and "version_column" not in values:
+        values["version_column"] = DEFAULT_VERSION_FIELD  # a Sample's own attribute: no preset names it here
     try:
         labeling = options.labeling(values)
     except ValueError as error:
@@ -134,9 +146,20 @@ def relabel_rewards(args, samples) -> tuple[list, list[float]]:
     """(raw_rewards, rewards) for one step's samples: the project's advantages as the rewards."""
     labeling = labeling_from(args)
     config = labeling.core
-    rows = rows_from_samples(samples, labeling.reward_key, config.reward_keys, config.reward_weights)
+    version_field = labeling.read_version_column()
+    rows = rows_from_samples(samples, labeling.reward_key, config.reward_keys, config.reward_weights,
+                             version_field, labeling.filter_metric)
     out = compute_advantages(rows.core, config)
     advantage = out.advantage
+    filtered = np.flatnonzero(out.filtered != 0)
+    if filtered.size:  # the trainer trains every sample it gets: one `relabel run` would not write gets 0
+        advantage = advantage.copy()
+        advantage[filtered] = 0.0
+        counts = {}
+        for code in out.filtered[filtered].tolist():
+            counts[REASONS[code]] = counts.get(REASONS[code], 0) + 1
+        log.warning("rollout_relabel: %d of %d samples are filtered (%s) and get reward 0", filtered.size,
+                    len(samples), ", ".join(f"{k}: {v}" for k, v in sorted(counts.items())))
     dead = np.flatnonzero(out.problem != 0)
     if dead.size:
         dead_rows = _dead_rows(rows, out, dead, config)

@@ -8,7 +8,7 @@ import pytest
 
 from rollout_relabel.transforms.lib.compare.batches import AGREE_ABS, AGREE_REL, ZERO_TOL
 from tests.conftest import run_cli
-from tests.pipeline.test_formats import write_nemo_rl, write_trl
+from tests.pipeline.test_formats import NEMO_GROUPS, nemo_rl_grpo, write_nemo_rl, write_trl
 
 # rewards on a scale of tens: TRL's eps (1e-4) against ours (1e-6) moves an advantage by about 1e-4 / std,
 # well inside the report's relative tolerance (1e-5) once the std is in the tens
@@ -97,3 +97,20 @@ def test_stored_side_usage_errors(tmp_path, flags):
     write_trl(tmp_path / "in", 3, GROUPS[:1])
     out = run_cli("compare", *flags, "--input", tmp_path / "in", "--report", tmp_path / "r", check_codes=(2,))
     assert "column:" in out.stderr
+
+
+def test_nemo_rl_default_grpo_agrees_where_float32_allows(tmp_path):
+    """`relabel compare --format nemo-rl`: A is NeMo-RL's own stored advantage (its default GRPO, float32), B the
+    preset's grpo_loo (float64). They agree, except where NeMo-RL's float32 E[x^2] - E[x]^2 leaves a residue
+    for others that are all equal (0.45, 0.45, 0.45 beside 0.95): there NeMo-RL divides by that residue (its
+    #4158), where ours takes s = 0."""
+    groups = NEMO_GROUPS[:4] + NEMO_GROUPS[5:] + [[0.45, 0.45, 0.45, 0.95]]
+    write_nemo_rl(tmp_path / "in", 1, groups, advantages=lambda g: nemo_rl_grpo(g)[0])
+    report = compare(tmp_path, "--format", "nemo-rl", "--n-samples-per-prompt", "4", "--b", "group-index")
+    _, stds = nemo_rl_grpo(groups[-1])
+    residue = [i for i, s in enumerate(stds) if 0 < s < 1e-3]  # NeMo-RL's float32 std over three equal 0.45s
+    assert residue == [3]
+    t = report["totals"]
+    assert (t["compared"], t["agree"], t["wrong_sign"]) == (24, 23, 0)
+    assert report["b"]["estimator"] == "grpo_loo"
+    assert nemo_rl_grpo(groups[-1])[0][3] > 1000  # NeMo-RL's own value there; ours is 0.95 - 0.45 = 0.5

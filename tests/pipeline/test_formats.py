@@ -196,16 +196,20 @@ def test_trl(tmp_path):
     assert [(d["row"], d["reason"]) for d in dead] == [(i, "non-numeric-reward") for i in range(16, 24)]
 
 
-def write_nemo_rl(folder, step, groups, bad_line_at=None):
+def write_nemo_rl(folder, step, groups, bad_line_at=None, advantages=None):
     """NeMo-RL's `grpo_train` dump through `log_batched_dict_as_jsonl` (nemo_rl/algorithms/grpo.py,
     nemo_rl/utils/logger.py, NVIDIA-NeMo/RL@7ea279ab): `train_data_step{N}.jsonl`, every value wrapped in a
     1-element list, plus `idx`; the advantage (NeMo-RL's leave-one-out, unscaled) expanded over every token
-    position. bad_line_at: a truncated line written at that position. -> (source, [(None, reward)])."""
+    position. bad_line_at: a truncated line written at that position. advantages: a function of a group's
+    rewards giving the advantages to store instead. -> (source, [(None, reward)])."""
     lines, idx = [], 0
     for g, rewards in enumerate(groups):
+        stored = advantages(rewards) if advantages is not None else None
         for position, r in enumerate(rewards):
             others = [x for k, x in enumerate(rewards) if k != position]
             adv = None if r is None or None in others else r - sum(others) / len(others)
+            if stored is not None:
+                adv = stored[position]
             lines.append(json.dumps({"content": [[f"q{g}", "a"]], "rewards": [r], "input_lengths": [5],
                                      "token_ids": [[1, 2, 3, 4, 5]], "token_loss_mask": [[0, 0, 1, 1, 1]],
                                      "sample_loss_mask": [1.0], "advantages": [[adv] * 5],
@@ -241,3 +245,45 @@ def test_nemo_rl_stored_advantages_agree_for_pairs(tmp_path):
             "--output", tmp_path / "out")
     rows = pq.read_table(tmp_path / "out" / "part-train_data_step1.parquet").to_pylist()
     assert [r["advantage"] for r in rows] == pytest.approx([r["advantages"][0][0] for r in rows], abs=1e-6)
+
+
+def nemo_rl_grpo(rewards):
+    """NeMo-RL's default GRPO advantages, computed as NeMo-RL computes them (float32 torch): per prompt, the
+    mean of the other rewards as baseline, and as std sqrt((mean of the others' squares - baseline^2) *
+    m / (m - 1)) with m = k - 1, NaN taken as 0; the advantage r - baseline is divided by (std + 1e-6) where
+    std > 0. Facts from nemo_rl/algorithms/utils.py (calculate_baseline_and_std_per_prompt) at
+    NVIDIA-NeMo/RL@00439539 and nemo_rl/algorithms/advantage_estimator.py (GRPOAdvantageEstimator) at
+    NVIDIA-NeMo/RL@00925dd1; written here from those facts, not copied. -> (advantages, stds)."""
+    import torch
+    r = torch.tensor(rewards, dtype=torch.float32)
+    k = len(rewards)
+    if k <= 1:
+        return [0.0] * k, [0.0] * k
+    leave_out = 1 - torch.eye(k)
+    m = torch.tensor(float(k - 1))
+    baseline = (leave_out @ r) / m
+    squares = (leave_out @ (r * r)) / m
+    std = ((squares - baseline * baseline) * (m / (m - 1))).sqrt().nan_to_num(0)
+    adv = r - baseline
+    scaled = std > 0
+    adv[scaled] = adv[scaled] / (std[scaled] + 1e-6)
+    return adv.tolist(), std.tolist()
+
+
+NEMO_GROUPS = [[1.0, 0.0, 0.0, 1.0], [1.0, 0.0, 0.0, 0.0], [0.9, 0.2, 0.5, 0.35], [0.0, 1.0, 1.0, 1.0],
+               [2.0, 3.0], [0.25, 0.5, 1.0, 0.75]]
+
+
+def test_nemo_rl_preset_reproduces_stored_advantages(tmp_path):
+    # the preset's estimator is grpo_loo: the leave-one-out baseline and std of NeMo-RL's default GRPO
+    write_nemo_rl(tmp_path / "in", 1, NEMO_GROUPS[:4] + NEMO_GROUPS[5:],
+                  advantages=lambda g: nemo_rl_grpo(g)[0])
+    run_cli("run", "--format", "nemo-rl", "--n-samples-per-prompt", "4", "--input", tmp_path / "in",
+            "--output", tmp_path / "out")
+    rows = pq.read_table(tmp_path / "out" / "part-train_data_step1.parquet").to_pylist()
+    ours = [r["advantage"] for r in rows]
+    theirs = [r["advantages"][0][0] for r in rows]
+    assert max(abs(a - b) for a, b in zip(ours, theirs)) < 1e-5  # float32 against float64
+    assert ours[:4] == pytest.approx([1.154699, -1.154699, -1.154699, 1.154699], abs=1e-6)
+    # the 1: others (0, 0, 0), s = 0, A = 1; a 0: others (1, 0, 0), b = 1/3, s = sqrt(1/3), A = -1/3 / (s + 1e-6)
+    assert ours[4:8] == pytest.approx([1.0, -0.577349, -0.577349, -0.577349], abs=1e-6)

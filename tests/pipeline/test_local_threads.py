@@ -85,3 +85,36 @@ def test_a_run_hands_its_decoding_choice_to_the_stages(tmp_path, monkeypatch, ma
     monkeypatch.setattr(run, "build", lambda p, settings, *rest: (seen.append(settings), build(p, settings, *rest))[1])
     run_cli("run", "--input", tmp_path / "in", "--output", tmp_path / "out")
     assert [s.parallel_decode for s in seen] == [expected]
+
+
+def test_dumps_are_read_on_a_process_per_worker_thread_when_there_are_several():
+    from rollout_relabel.pipeline.local_threads import pt_processes
+    from rollout_relabel.transforms.lib.io.inputs import InputFile
+
+    def files(*paths):
+        return [InputFile(path=p, size=1, mtime=0.0, output="x") for p in paths]
+
+    assert pt_processes(2, files("/d/0.pt", "/d/1.parquet")) == 2
+    assert pt_processes(1, files("/d/0.pt")) == 0                    # one thread: it reads its own dumps
+    assert pt_processes(2, files("/d/0.parquet")) == 0               # no dump: no pool
+    assert pt_processes(2, files("gs://b/0.pt")) == 0                # a store's dumps are read in the thread
+
+
+def test_a_run_over_dumps_reads_them_on_the_pool_and_writes_the_same_bytes(tmp_path, monkeypatch):
+    import shutil
+
+    import rollout_relabel.pipeline.local_threads as local_threads
+    import rollout_relabel.pipeline.run as run
+    from tests.conftest import FIXTURES
+
+    shutil.copytree(f"{FIXTURES}/miles_rollout_data", tmp_path / "in")
+    monkeypatch.setattr(run, "available_memory", lambda: 100 * GB)
+    monkeypatch.setattr(local_threads, "cores", lambda: 2)  # two dumps, two cores: two threads
+    seen = []
+    build = run.build
+    monkeypatch.setattr(run, "build", lambda p, settings, *rest: (seen.append(settings), build(p, settings, *rest))[1])
+    run_cli("run", "--input", tmp_path / "in", "--output", tmp_path / "pool")
+    run_cli("run", "--input", tmp_path / "in", "--output", tmp_path / "thread", "--direct_num_workers", "1")
+    assert [s.pt_processes for s in seen] == [2, 0]
+    for name in ("part-0.parquet", "part-1.parquet"):
+        assert (tmp_path / "pool" / name).read_bytes() == (tmp_path / "thread" / name).read_bytes()

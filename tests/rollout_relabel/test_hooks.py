@@ -231,7 +231,19 @@ OPTION_TEXTS = {
     "columns": ("reward=score", ("reward=score",)),
     "batch_from": ("file", "file"),
     "group_key": ("verl-uid", "verl-uid"),
+    "max_staleness": ("2", 2),
+    "current_version": ("7", 7),
+    "stale_rows": ("drop", "drop"),
+    "zero_mask_units": ("exclude", "exclude"),
+    "keep_band": ("0.1:0.9", "0.1:0.9"),
+    "uniform_tolerance": ("0.01", 0.01),
+    "version_column": ("metadata.version", "metadata.version"),
+    "filter_metric": ("metadata.acc", "metadata.acc"),
 }
+# what an option needs set beside it to be accepted at all
+NEEDS = {"mainstream": {"semantics": "rollout-mainstream"}, "reward_weights": {"reward_keys": "acc,format"},
+         "current_version": {"max_staleness": "2"}, "stale_rows": {"max_staleness": "2"},
+         "filter_metric": {"keep_band": "0:1"}}
 
 
 def test_every_labeling_option_has_a_variable_that_is_applied_or_refused():
@@ -239,16 +251,20 @@ def test_every_labeling_option_has_a_variable_that_is_applied_or_refused():
     defaults = Labeling().values()
     for name, (text, value) in OPTION_TEXTS.items():
         assert value != defaults[name], name
-        environ = {env_name(name): text}
-        if name == "reward_weights":
-            environ[env_name("reward_keys")] = "acc,format"
-        if name == "mainstream":
-            environ[env_name("semantics")] = "rollout-mainstream"
+        environ = {env_name(name): text, **{env_name(k): v for k, v in NEEDS.get(name, {}).items()}}
         if name in HOOK_REFUSES:
             with pytest.raises(ValueError, match=env_name(name)):
                 labeling_from(Args(), environ)
         else:
             assert labeling_from(Args(), environ).values()[name] == value, name
+
+
+def test_max_staleness_reads_a_samples_weight_versions_unless_another_attribute_is_named():
+    labeling = labeling_from(Args(), {env_name("max_staleness"): "1"})
+    assert labeling.read_version_column() == "weight_versions"
+    labeling = labeling_from(Args(), {env_name("max_staleness"): "1", env_name("version_column"): "metadata.v"})
+    assert labeling.read_version_column() == "metadata.v"
+    assert labeling_from(Args(), {env_name("version_column"): "metadata.v"}).read_version_column() is None
 
 
 def test_a_variable_wins_over_the_trainers_arg_which_wins_over_the_default():

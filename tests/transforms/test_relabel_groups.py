@@ -46,3 +46,22 @@ def test_positional_semantics_are_refused():
 def test_batch_level_estimators_are_refused(core):
     with pytest.raises(ValueError, match="batch-level step"):
         RelabelGroups(Labeling(core))
+
+
+def test_staleness_needs_a_current_version_in_a_row_stream():
+    core = CoreConfig(semantics="group-index", max_staleness=1)
+    with pytest.raises(ValueError, match="--current-version"):
+        RelabelGroups(Labeling(core, version_column="weight_versions"))
+
+
+def test_stale_rows_of_a_stream_are_filtered_with_their_reason(test_pipeline):
+    # current version 5, K 1: the row of version 3 is stale, kept in the baseline (rewards [1, 0, 1] -> mean 2/3)
+    rows = [row(0, i, r, 2, weight_versions=v) for i, (r, v) in enumerate([(1.0, [5]), (0.0, [3, 5]), (1.0, [4])])]
+    labeling = Labeling(CoreConfig("group-index", std_normalization=False, max_staleness=1, current_version=5),
+                        version_column="weight_versions")
+    with test_pipeline as p:
+        out = p | beam.Create([((7, 0), rows)]) | RelabelGroups(labeling, device="cpu")
+        assert_that(out.training, streamed_advantages({(7, 0): [(0, 1 / 3), (2, 1 / 3)]}))
+        assert_that(out.filtered | beam.FlatMap(lambda t: list(zip(t.column("row").to_pylist(),
+                                                                   t.column("reason").to_pylist()))),
+                    equal_to([(1, "stale")]), label="Filtered")

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .arrays import INT64_MAX, arrays_for
-from .config import GDPO, GPG, GRPO_PASSK, OPO, REMAX, RLOO, STD_EPS, WHITEN_EPS, CoreConfig
+from .config import GDPO, GPG, GRPO_LOO, GRPO_PASSK, OPO, REMAX, RLOO, STD_EPS, WHITEN_EPS, CoreConfig
 from .reasons import CODE, Reason
 from .types import CoreInput, CoreOutput
 
@@ -62,31 +62,69 @@ def _relabel(xp, inp: CoreInput, config: CoreConfig, drop_uniform_groups: bool =
                                  CODE[Reason.SIBLING_REWARD_MISMATCH], group_problem)
 
     units_in_group = xp.count(unit_group, n_groups)
-    if gdpo:
-        parts = _unit_parts(xp, inp, chosen, unit_group, n_groups, units_in_group)
-    if config.normalizes:
-        group_problem = _estimator_problems(xp, inp, config, chosen, unit_group, n_groups, units_in_group,
-                                            group_problem)
-    if gdpo:
-        uniform_group = parts.uniform_group
+
+    # version 3: stale units, and which units take part in their group's statistics. Units left out are
+    # moved to one extra segment (id n_groups) that no group reads: the statistics then need no mask.
+    stale_unit = missing_version = None
+    if config.max_staleness is not None:
+        stale_unit, missing_version = _stale_units(xp, inp, config, chosen, unit_group, group_batch)
+    out_of_stats = stale_unit if config.stale_dropped else None
+    if config.excludes_zero_mask and config.normalizes:
+        if config.row_units:
+            no_tokens = inp.trainable == 0
+        else:
+            no_tokens = xp.count(unit, n_units, weights=inp.trainable) == 0  # a bincount: add.at on int64 is slow
+        out_of_stats = no_tokens if out_of_stats is None else out_of_stats | no_tokens
+    if out_of_stats is not None and bool(out_of_stats.any()):
+        stat_group, n_stat = xp.where(out_of_stats, n_groups, unit_group), n_groups + 1
+        k = xp.count(stat_group, n_stat)
     else:
-        uniform_group = (units_in_group >= 2) & (xp.segment(unit_group, n_groups, unit_reward, "amin")
-                                                 == xp.segment(unit_group, n_groups, unit_reward, "amax"))
+        out_of_stats = None
+        stat_group, n_stat, k = unit_group, n_groups, units_in_group
+
+    if gdpo:
+        parts = _unit_parts(xp, inp, chosen, stat_group, n_stat, k, config.uniform_tolerance)
+    if config.normalizes:
+        group_problem = _estimator_problems(xp, inp, config, chosen, unit_group, n_groups, k[:n_groups],
+                                            group_problem)
+    if missing_version is not None:
+        group_problem = xp.where((group_problem == 0) & _any_per_segment(xp, unit_group, n_groups, missing_version),
+                                 CODE[Reason.MISSING_VERSION], group_problem)
+    if gdpo:
+        uniform_stat = parts.uniform_group
+    else:
+        bounds = (xp.segment(stat_group, n_stat, unit_reward, "amin"),  # also grpo_loo's
+                  xp.segment(stat_group, n_stat, unit_reward, "amax"))
+        uniform_stat = (k >= 2) & _within(xp, stat_group, n_stat, unit_reward, config.uniform_tolerance, bounds)
+    if out_of_stats is not None:  # the extra segment is no group
+        uniform_stat[n_groups] = False
+    uniform_group = uniform_stat[:n_groups]
+
+    band_out = None
+    if config.keep_band is not None:
+        band_out, missing_metric = _band(xp, inp, config, chosen, stat_group, n_stat, k, n_groups)
+        if missing_metric is not None:
+            group_problem = xp.where((group_problem == 0) & missing_metric, CODE[Reason.MISSING_METRIC], group_problem)
+    filtered = _filtered(xp, n_units, unit, unit_group, stale_unit, band_out,
+                         uniform_group if drop_uniform_groups else None)
 
     if gdpo:
         advantage, group_problem = _gdpo_advantages(xp, inp, config, parts, unit, n_units, unit_group, group,
-                                                    n_groups, group_batch, uniform_group, group_problem,
-                                                    drop_uniform_groups)
+                                                    n_groups, group_batch, group_problem, filtered, out_of_stats)
     elif config.normalizes:
         alpha = None
         if config.estimator == GPG:
             alpha = xp.take(_gpg_alpha(xp, unit_reward, unit_group, group_batch, group_problem == 0,
-                                       inp.num_batches), group_batch)  # per group
+                                       inp.num_batches, out_of_stats), group_batch)  # per group
+            if out_of_stats is not None:
+                alpha = xp.concat([alpha, xp.zeros(1, "float64")])
+        unit_advantage = _unit_advantages(
+            xp, unit_reward, _UnitGroups(stat_group, n_stat, k, uniform_stat), config, config.estimator,
+            config.divides_by_std, _EstimatorInputs(inp.trainable, unit, n_units, chosen, inp.baseline, alpha, bounds))
+        if out_of_stats is not None:  # written with advantage 0
+            unit_advantage = xp.where(out_of_stats, xp.zeros(n_units, "float64"), unit_advantage)
         # float32 (the written type) before the finiteness check: an overflow must be refused
-        unit_advantage = xp.astype(_unit_advantages(
-            xp, unit_reward, _UnitGroups(unit_group, n_groups, units_in_group, uniform_group), config,
-            config.estimator, config.divides_by_std,
-            _EstimatorInputs(inp.trainable, unit, n_units, chosen, inp.baseline, alpha)), "float32")
+        unit_advantage = xp.astype(unit_advantage, "float32")
         non_finite = _any_per_segment(xp, unit_group, n_groups, ~xp.isfinite(unit_advantage))
         advantage = xp.take(unit_advantage, unit)
         group_problem = xp.where((group_problem == 0) & non_finite, CODE[Reason.NON_FINITE_ADVANTAGE], group_problem)
@@ -104,6 +142,10 @@ def _relabel(xp, inp: CoreInput, config: CoreConfig, drop_uniform_groups: bool =
         live_row = problem == 0
         advantage = xp.where(live_row, advantage, xp.zeros(n_rows, "float32"))
         uniform = uniform & live_row
+        if filtered is not None:
+            filtered = xp.where(live_row, filtered, xp.zeros(n_rows, "int64"))
+    if filtered is None:
+        filtered = xp.zeros(n_rows, "int64")
     rollout_mask_sum = xp.take(xp.segment(rollout, n_rollouts, inp.mask_sum, "sum"), rollout)
 
     live_group_batch = group_batch[live_group]
@@ -114,10 +156,79 @@ def _relabel(xp, inp: CoreInput, config: CoreConfig, drop_uniform_groups: bool =
         rollout_mask_sum=rollout_mask_sum,
         problem=problem,
         uniform=uniform,
+        filtered=filtered,
         groups=xp.count(live_group_batch, inp.num_batches),
         units=xp.count(live_group_batch, inp.num_batches, weights=units_in_group[live_group]),
         uniform_groups=xp.count(group_batch[live_group & uniform_group], inp.num_batches),
     )
+
+
+def _within(xp, ids, n, values, tolerance, bounds=None):
+    """Per segment: max - min of the values is at most `tolerance` (0: all exactly equal). `bounds`: the
+    segments' (min, max), when the caller has them."""
+    low, high = bounds if bounds is not None else (xp.segment(ids, n, values, "amin"),
+                                                   xp.segment(ids, n, values, "amax"))
+    if tolerance == 0:  # the version 1 rule, bit for bit (also for infinities, which a difference makes NaN)
+        return low == high
+    return (high - low) <= tolerance
+
+
+def _stale_units(xp, inp: CoreInput, config: CoreConfig, chosen, unit_group, group_batch):
+    """(stale, missing version or None when none is) per unit: a unit's version is its mainstream row's;
+    staleness is the current version (--current-version, else the batch's largest row version) minus it."""
+    n_rows = inp.num_rows
+    version = inp.version if inp.version is not None else xp.full(n_rows, float("nan"), "float64")
+    unit_version = xp.take(version, chosen)
+    finite = xp.isfinite(unit_version)
+    missing = None if bool(finite.all()) else ~finite  # the usual case: every unit has its version
+    if config.current_version is not None:
+        current = xp.full(chosen.shape[0], float(config.current_version), "float64")
+    else:
+        newest = xp.segment_sorted(inp.batch, inp.num_batches, version, "amax")
+        if bool((newest != newest).any()):  # a NaN (missing version) wins the max: again without them
+            usable = xp.where(xp.isfinite(version), version, xp.full(n_rows, -float("inf"), "float64"))
+            newest = xp.segment_sorted(inp.batch, inp.num_batches, usable, "amax")
+        if inp.num_batches == 1:  # the pipeline's call: one batch, one current version
+            current = float(newest[0])
+        else:  # per group first (few), then per unit
+            current = xp.take(xp.take(newest, group_batch), unit_group)
+    stale = (current - unit_version) > float(config.max_staleness)  # NaN (missing) compares False
+    return stale, missing
+
+
+def _band(xp, inp: CoreInput, config: CoreConfig, chosen, stat_group, n_stat, k, n_groups):
+    """(outside the band, missing metric) per group: the mean of the metric (else the unit values) over
+    the units in the statistics; a group without such units has no mean and stays."""
+    unit_metric = xp.take(inp.metric if inp.metric is not None else inp.reward, chosen)
+    missing = None
+    if inp.metric is not None:
+        bad = ~xp.isfinite(unit_metric)
+        if bool(bad.any()):  # the usual case has every metric: no masking pass
+            missing = _any_per_segment(xp, stat_group, n_stat, bad)[:n_groups]
+            unit_metric = xp.where(bad, xp.zeros(unit_metric.shape[0], "float64"), unit_metric)
+    mean = xp.segment(stat_group, n_stat, unit_metric, "sum") / xp.astype(xp.clip(k, low=1), "float64")
+    low, high = config.band
+    outside = (k >= 1) & ((mean < low) | (mean > high))
+    return outside[:n_groups], missing
+
+
+def _filtered(xp, n_units, unit, unit_group, stale_unit, band_out, uniform_group):
+    """Each row's filter reason code (0: written), the first that applies: stale, metric-band, uniform-group.
+    Decided per unit (a unit's rows share it), then gathered to the rows once."""
+    if stale_unit is None and band_out is None and uniform_group is None:
+        return None
+    group_code = None  # the group's own reason, decided per group (small), then gathered once
+    if uniform_group is not None:
+        group_code = xp.where(uniform_group, CODE[Reason.UNIFORM_GROUP], 0)
+    if band_out is not None:
+        group_code = xp.where(band_out, CODE[Reason.METRIC_BAND], 0 if group_code is None else group_code)
+    if group_code is None:
+        code = xp.where(stale_unit, CODE[Reason.STALE], 0)
+    else:
+        code = xp.take(xp.astype(group_code, "int64"), unit_group)
+        if stale_unit is not None:
+            code = xp.where(stale_unit, CODE[Reason.STALE], code)
+    return xp.take(code, unit)
 
 
 def _choose_grouping(xp, inp: CoreInput, config: CoreConfig):
@@ -261,13 +372,14 @@ class _UnitGroups:
 @dataclass(frozen=True)
 class _EstimatorInputs:
     """What only some estimators read: opo the units' token counts (trainable, unit, n_units), remax the
-    baselines of the chosen rows (baseline, chosen), gpg its per-group alpha."""
+    baselines of the chosen rows (baseline, chosen), gpg its per-group alpha, grpo_loo the groups' bounds."""
     trainable: object = None
     unit: object = None
     n_units: int | None = None
     chosen: object = None
     baseline: object = None
     alpha: object = None
+    bounds: object = None  # grpo_loo: each group's (min, max) unit reward, as the uniform test computed them
 
 
 def _unit_advantages(xp, reward, groups: _UnitGroups, config: CoreConfig, estimator: str, divide: bool,
@@ -276,7 +388,7 @@ def _unit_advantages(xp, reward, groups: _UnitGroups, config: CoreConfig, estima
     the group is decided per group, then gathered. GDPO calls it per key with estimator grpo."""
     unit_group, n_groups, k, uniform = groups.unit_group, groups.n_groups, groups.k, groups.uniform
     trainable, unit, n_units, chosen = extra.trainable, extra.unit, extra.n_units, extra.chosen
-    baseline, alpha = extra.baseline, extra.alpha
+    baseline, alpha, bounds = extra.baseline, extra.alpha, extra.bounds
     kf = xp.astype(k, "float64")
     single = k == 1
     # verl: a one-unit group's mean is 0 and its std 1
@@ -285,10 +397,16 @@ def _unit_advantages(xp, reward, groups: _UnitGroups, config: CoreConfig, estima
     if config.raw_singletons:
         mean = xp.where(raw_single, xp.zeros(n_groups, "float64"), mean)
     centred = reward - xp.take(mean, unit_group)
+    if estimator == REMAX:  # per unit since version 3: no hygiene rule, no one-unit rule (as verl)
+        return reward - _unit_baseline(xp, baseline, chosen)
     zero_group = uniform
-    if estimator != REMAX and not config.raw_singletons and not (config.semantics == "legacy-reshape" and divide):
+    if estimator == GRPO_LOO:
+        zero_group = zero_group | single  # NeMo-RL: a one-unit group's baseline is its reward
+    elif not config.raw_singletons and not (config.semantics == "legacy-reshape" and divide):
         zero_group = zero_group | single  # today's rule; a legacy one-row group divided by std stays NaN
-    if estimator == RLOO:
+    if estimator == GRPO_LOO:
+        advantage = _leave_one_out(xp, reward, unit_group, n_groups, centred, kf, divide, bounds)
+    elif estimator == RLOO:
         advantage = xp.take(kf / xp.clip(kf - 1, low=1), unit_group) * centred
     elif estimator == GRPO_PASSK:
         advantage = _passk(xp, reward, unit_group, n_groups, centred, kf, divide)
@@ -301,8 +419,6 @@ def _unit_advantages(xp, reward, groups: _UnitGroups, config: CoreConfig, estima
         advantage = reward - xp.take(opo_baseline, unit_group)
     elif estimator == GPG:
         advantage = xp.take(alpha, unit_group) * centred
-    elif estimator == REMAX:
-        advantage = reward - _unit_baseline(xp, baseline, chosen)
     elif divide:
         std = xp.sqrt(xp.segment(unit_group, n_groups, centred * centred, "sum") / (kf - 1))
         if config.semantics == "legacy-reshape":
@@ -319,6 +435,36 @@ def _unit_advantages(xp, reward, groups: _UnitGroups, config: CoreConfig, estima
     else:
         advantage = centred
     return xp.where(xp.take(zero_group, unit_group), xp.zeros(centred.shape[0], "float64"), advantage)
+
+
+def _leave_one_out(xp, reward, unit_group, n_groups, centred, kf, divide, bounds=None):
+    """grpo_loo (NeMo-RL): r_i minus the mean of the other k - 1 values, = k/(k-1) * (r_i - mean); with std
+    normalization divided by (s_i + 1e-6), s_i the sample std of the other values, where s_i > 0.
+
+    s_i from the group's centred sum of squares C: the others' squared deviations sum to C - k c_i^2 / (k-1)
+    (c_i = r_i - mean). Where the other values are all equal s_i is exactly 0, decided by comparing values,
+    not by that difference, whose rounding residue would otherwise be divided by.
+    """
+    k_unit = xp.take(kf, unit_group)
+    advantage = k_unit / xp.clip(k_unit - 1, low=1) * centred
+    if not divide:
+        return advantage
+    squares = xp.take(xp.segment(unit_group, n_groups, centred * centred, "sum"), unit_group)
+    spread = xp.clip(squares - k_unit * centred * centred / (k_unit - 1), low=0.0)
+    std = xp.sqrt(spread / (k_unit - 2))
+    low, high = bounds if bounds is not None else (xp.segment(unit_group, n_groups, reward, "amin"),
+                                                   xp.segment(unit_group, n_groups, reward, "amax"))
+    is_low = reward == xp.take(low, unit_group)
+    is_high = reward == xp.take(high, unit_group)
+    at_low = xp.take(xp.count(unit_group, n_groups, weights=is_low), unit_group)
+    at_high = xp.take(xp.count(unit_group, n_groups, weights=is_high), unit_group)
+    others = xp.take(xp.astype(kf, "int64"), unit_group) - 1
+    # the others are all equal: the whole group is, or this unit alone is the top (bottom) one
+    others_equal = ((at_high == 1) & is_high & (at_low == others)) | ((at_low == 1) & is_low & (at_high == others))
+    k_int = others + 1
+    scaled = (k_int >= 3) & ~others_equal & (std > 0)
+    ones = xp.full(reward.shape[0], 1.0, "float64")
+    return advantage / xp.where(scaled, std + STD_EPS, ones)  # dividing by 1.0 keeps a value's bits
 
 
 def _passk(xp, reward, unit_group, n_groups, centred, kf, divide):
@@ -354,11 +500,13 @@ def _unit_baseline(xp, baseline, chosen):
     return xp.take(baseline, chosen)
 
 
-def _gpg_alpha(xp, unit_reward, unit_group, group_batch, live_group, n_batches):
-    """GPG's per-batch alpha = B / max(1, m): B the units of groups without bad input, m those with a
-    non-zero value."""
+def _gpg_alpha(xp, unit_reward, unit_group, group_batch, live_group, n_batches, out_of_stats=None):
+    """GPG's per-batch alpha = B / max(1, m): B the units of groups without bad input (those in the
+    statistics), m those with a non-zero value."""
     unit_batch = xp.take(group_batch, unit_group)
     live_unit = xp.take(live_group, unit_group)
+    if out_of_stats is not None:
+        live_unit = live_unit & ~out_of_stats
     units = xp.count(unit_batch, n_batches, weights=live_unit)
     non_zero = xp.count(unit_batch, n_batches, weights=live_unit & (unit_reward != 0))
     return xp.astype(units, "float64") / xp.astype(xp.clip(non_zero, low=1), "float64")
@@ -379,7 +527,7 @@ class _Parts:
     uniform_group: object  # bool [n_groups] every key uniform: S is 0 for every unit
 
 
-def _unit_parts(xp, inp, chosen, unit_group, n_groups, units_in_group) -> _Parts:
+def _unit_parts(xp, inp, chosen, unit_group, n_groups, units_in_group, tolerance=0.0) -> _Parts:
     if inp.reward_parts is None:
         raise ValueError("gdpo needs the per-key reward values (CoreInput.reward_parts)")
     width = int(inp.reward_parts.shape[0])
@@ -388,8 +536,7 @@ def _unit_parts(xp, inp, chosen, unit_group, n_groups, units_in_group) -> _Parts
     flat_group = (unit_group.reshape(1, -1) + offsets).reshape(-1)  # broadcast over keys: rows stay contiguous
     n_flat = n_groups * width
     k = (units_in_group.reshape(1, -1) + offsets * 0).reshape(-1)
-    uniform = (k >= 2) & (xp.segment(flat_group, n_flat, values, "amin")
-                          == xp.segment(flat_group, n_flat, values, "amax"))
+    uniform = (k >= 2) & _within(xp, flat_group, n_flat, values, tolerance)
     uniform_group = xp.count(xp.arange(n_flat) % n_groups, n_groups, weights=uniform) == width
     return _Parts(width, values, flat_group, k, uniform, uniform_group)
 
@@ -405,16 +552,19 @@ def _parts_mismatch(xp, reward_parts, unit, n_units):
 
 
 def _gdpo_advantages(xp, inp, config, parts: _Parts, unit, n_units, unit_group, group, n_groups, group_batch,
-                     uniform_group, group_problem, drop_uniform_groups):
+                     group_problem, filtered, out_of_stats):
     """GDPO: per-key grpo advantages, their weighted sum S per unit, then per batch token-weighted whitening
-    over the rows that are written. Returns (row advantages float32, group problems)."""
-    per_key = _unit_advantages(xp, parts.values, _UnitGroups(parts.flat_group, n_groups * parts.width, parts.k,
-                                                             parts.uniform),
+    over the rows that are written (`filtered`: each row's filter reason, or None). Units out of the
+    statistics (`out_of_stats`) are written with 0. Returns (row advantages float32, group problems)."""
+    n_flat = parts.k.shape[0]  # the (key, statistics segment) pairs
+    per_key = _unit_advantages(xp, parts.values, _UnitGroups(parts.flat_group, n_flat, parts.k, parts.uniform),
                                config, "grpo", config.std_normalization).reshape(parts.width, -1)
     weights = config.weights
     score = per_key[0] * weights[0]
     for j in range(1, parts.width):  # S = sum of w_j * A_j in key order (a loop over keys, not rows)
         score = score + per_key[j] * weights[j]
+    if out_of_stats is not None:
+        score = xp.where(out_of_stats, xp.zeros(n_units, "float64"), score)
     finite = xp.isfinite(score)
     if not bool(finite.all()):
         bad_score = _any_per_segment(xp, unit_group, n_groups, ~finite)
@@ -425,12 +575,12 @@ def _gdpo_advantages(xp, inp, config, parts: _Parts, unit, n_units, unit_group, 
     row_score = xp.take(score, unit)
     tokens = xp.astype(inp.trainable, "float64")
     written_group = group_problem == 0
-    if drop_uniform_groups:
-        written_group = written_group & ~uniform_group
-    every_row_written = bool(written_group.all())  # the usual case: no masking pass
-    if not every_row_written:
+    every_row_written = bool(written_group.all()) and (filtered is None or not bool(filtered.any()))
+    if not every_row_written:  # the usual case skips this masking pass
         zeros = xp.zeros(n_rows, "float64")
         written = xp.take(written_group, group)
+        if filtered is not None:
+            written = written & (filtered == 0)
         row_score = xp.where(xp.take(group_problem == 0, group), row_score, zeros)  # dead groups' S may be NaN
         tokens = xp.where(written, tokens, zeros)
     total = xp.segment(batch, n_batches, tokens, "sum")  # M
@@ -444,6 +594,8 @@ def _gdpo_advantages(xp, inp, config, parts: _Parts, unit, n_units, unit_group, 
     squares = tokens * centred * centred  # 0 where a row is not written (tokens 0)
     variance = (xp.segment(batch, n_batches, squares, "sum") / (total + WHITEN_EPS)) * (total / (total - 1))
     advantage = xp.astype(centred / xp.take(xp.sqrt(variance + WHITEN_EPS), batch), "float32")
+    if out_of_stats is not None:
+        advantage = xp.where(xp.take(out_of_stats, unit), xp.zeros(n_rows, "float32"), advantage)
     finite = xp.isfinite(advantage)
     if not bool(finite.all()):
         non_finite = _any_per_segment(xp, group, n_groups, ~finite)
@@ -512,7 +664,7 @@ def _empty_output(xp, n_batches):
         advantage=xp.zeros(0, "float32"),
         mainstream=xp.zeros(0, "bool"),
         prompt_group=zeros, rollout_mask_sum=zeros, problem=zeros,
-        uniform=xp.zeros(0, "bool"),
+        uniform=xp.zeros(0, "bool"), filtered=zeros,
         groups=xp.zeros(n_batches, "int64"), units=xp.zeros(n_batches, "int64"),
         uniform_groups=xp.zeros(n_batches, "int64"),
     )

@@ -9,6 +9,9 @@ SEMANTICS_VERSION = {name: 1 for name in SEMANTICS}
 # Version 2 of the contract (docs/estimators.md): a run that uses any of its
 # estimators or options records this version; every other run keeps its semantics' version (and fingerprint).
 CONTRACT_V2 = 2
+# Version 3 of the contract (docs/semantics.md): grpo_loo, remax per unit (its outputs changed), and
+# the off-policy options; a run using any of them records version 3.
+CONTRACT_V3 = 3
 ROW_UNIT_SEMANTICS = ("legacy-reshape", "group-index")
 MAINSTREAM_POLICIES = ("most-trainable", "last", "shared")
 STD_ESTIMATORS = ("grpo", "gspo", "cispo")
@@ -16,10 +19,18 @@ CENTRE_ONLY_ESTIMATORS = ("reinforce_plus_plus_baseline", "dr_grpo")
 RLOO = "rloo"
 GRPO_PASSK, OPO, GPG, REMAX, GDPO = "grpo_passk", "opo", "gpg", "remax", "gdpo"
 WIDER_FIELD_ESTIMATORS = (GRPO_PASSK, OPO, GPG, REMAX, GDPO)
+GRPO_LOO = "grpo_loo"                 # NeMo-RL's GRPO: leave-one-out baseline and std
+# The trainers' own estimators that compute advantages elsewhere: the reward passes through unchanged. Since
+# version 3 only these do: any other name is refused (a typo used to train on raw rewards silently).
+PASS_THROUGH_ESTIMATORS = ("ppo", "reinforce_plus_plus", "gae", "none")
+ESTIMATORS = (STD_ESTIMATORS + CENTRE_ONLY_ESTIMATORS + (RLOO,) + WIDER_FIELD_ESTIMATORS + (GRPO_LOO,)
+              + PASS_THROUGH_ESTIMATORS)
 BATCH_LEVEL_ESTIMATORS = (GPG, GDPO)  # a batch-level step: they need a whole batch in one call
 SINGLETON_RULES = ("zero", "raw")     # one-unit groups: advantage 0, or mean 0 / std 1 (verl)
-# the estimators that normalize rewards within groups (any other name passes the reward through)
-NORMALIZING_ESTIMATORS = STD_ESTIMATORS + CENTRE_ONLY_ESTIMATORS + (RLOO,) + WIDER_FIELD_ESTIMATORS
+STALE_ROWS = ("baseline-only", "drop")  # stale units: in their group's statistics, or removed before them
+ZERO_MASK_UNITS = ("baseline", "exclude")  # units with no trainable token: in the statistics, or left out
+# the estimators that normalize rewards within groups (any other accepted name passes the reward through)
+NORMALIZING_ESTIMATORS = STD_ESTIMATORS + CENTRE_ONLY_ESTIMATORS + (RLOO,) + WIDER_FIELD_ESTIMATORS + (GRPO_LOO,)
 STD_EPS = 1e-6
 WHITEN_EPS = 1e-8                     # verl's masked_whiten / masked_mean
 
@@ -33,7 +44,8 @@ def since(version: int, values: tuple | None = None) -> dict:
 @dataclass(frozen=True)
 class CoreConfig:
     semantics: str = "rollout-mainstream"
-    estimator: str = field(default="grpo", metadata=since(CONTRACT_V2, WIDER_FIELD_ESTIMATORS))
+    estimator: str = field(default="grpo", metadata=dict(since(CONTRACT_V2, WIDER_FIELD_ESTIMATORS),
+                                                          later={CONTRACT_V3: (GRPO_LOO, REMAX)}))
     std_normalization: bool = True
     rewards_normalization: bool = True
     mainstream: str | None = None  # None: the semantics' default
@@ -44,6 +56,19 @@ class CoreConfig:
     # the reward is a struct/map: these numeric fields
     reward_keys: tuple[str, ...] | None = field(default=None, metadata=since(CONTRACT_V2))
     reward_weights: tuple[float, ...] | None = field(default=None, metadata=since(CONTRACT_V2))  # None: all 1
+    # version 3 of the contract (off-policy preprocessing); each default leaves the run as it was
+    # a unit older than current - K versions is stale (needs row versions)
+    max_staleness: int | None = field(default=None, metadata=since(CONTRACT_V3))
+    # None: the largest row version of the batch
+    current_version: int | None = field(default=None, metadata=since(CONTRACT_V3))
+    # stale units: kept in the statistics (not written), or dropped first
+    stale_rows: str = field(default="baseline-only", metadata=since(CONTRACT_V3))
+    # "exclude": a unit with no trainable token is out of the statistics
+    zero_mask_units: str = field(default="baseline", metadata=since(CONTRACT_V3))
+    # "LO:HI": groups whose mean metric lies outside are filtered
+    keep_band: str | None = field(default=None, metadata=since(CONTRACT_V3))
+    # a group is uniform when max - min of its unit values <= this
+    uniform_tolerance: float = field(default=0.0, metadata=since(CONTRACT_V3))
 
     def __post_init__(self):
         if self.semantics not in SEMANTICS:
@@ -58,14 +83,36 @@ class CoreConfig:
             value = getattr(self, name)
             if value is not None and value <= 0:
                 raise ValueError(f"{name} must be positive, got {value}")
-        if not self.estimator or not self.estimator.replace("_", "").isalnum():
-            raise ValueError(f"estimator name {self.estimator!r} is not a valid identifier")
+        if self.estimator not in ESTIMATORS:
+            raise ValueError(f"unknown estimator {self.estimator!r}; choose one of {', '.join(ESTIMATORS)} "
+                             f"(only {', '.join(PASS_THROUGH_ESTIMATORS)} pass rewards through)")
         if self.singleton_groups not in SINGLETON_RULES:
             raise ValueError(f"--singleton-groups {self.singleton_groups!r}: choose one of "
                              f"{', '.join(SINGLETON_RULES)}")
         if self.singleton_groups != "zero" and self.semantics == "legacy-reshape":
             raise ValueError("--singleton-groups raw is not accepted with legacy-reshape, which stays as it was")
         self._check_reward_fields()
+        self._check_off_policy()
+
+    def _check_off_policy(self):
+        if self.max_staleness is not None and self.max_staleness < 0:
+            raise ValueError(f"--max-staleness must be >= 0, got {self.max_staleness}")
+        if self.max_staleness is None:
+            if self.current_version is not None:
+                raise ValueError("--current-version needs --max-staleness K (staleness = current - version)")
+            if self.stale_rows != "baseline-only":
+                raise ValueError(f"--stale-rows {self.stale_rows} needs --max-staleness K")
+        if self.stale_rows not in STALE_ROWS:
+            raise ValueError(f"--stale-rows {self.stale_rows!r}: choose one of {', '.join(STALE_ROWS)}")
+        if self.zero_mask_units not in ZERO_MASK_UNITS:
+            raise ValueError(f"--zero-mask-units {self.zero_mask_units!r}: choose one of "
+                             f"{', '.join(ZERO_MASK_UNITS)}")
+        tolerance = float(self.uniform_tolerance)
+        object.__setattr__(self, "uniform_tolerance", tolerance)
+        if not (math.isfinite(tolerance) and tolerance >= 0):
+            raise ValueError(f"--uniform-tolerance must be a finite number >= 0, got {self.uniform_tolerance}")
+        if self.keep_band is not None:
+            object.__setattr__(self, "keep_band", _band_text(self.keep_band))
 
     def _check_reward_fields(self):
         # lists from the command line or a run config become tuples: the config stays hashable and frozen
@@ -111,9 +158,37 @@ class CoreConfig:
 
     @property
     def divides_by_std(self) -> bool:
-        """Group statistics divide by std: grpo/gspo/cispo, and grpo_passk and gdpo (per key), with the std flag."""
+        """Group statistics divide by std: grpo/gspo/cispo, grpo_loo (leave-one-out std), and grpo_passk and
+        gdpo (per key), with the std flag."""
         return self.normalizes and self.std_normalization and self.estimator in (
-            STD_ESTIMATORS + (GRPO_PASSK, GDPO))
+            STD_ESTIMATORS + (GRPO_PASSK, GDPO, GRPO_LOO))
+
+    @property
+    def band(self) -> tuple[float, float] | None:
+        """--keep-band as (low, high), or None."""
+        if self.keep_band is None:
+            return None
+        low, high = self.keep_band.split(":")
+        return float(low), float(high)
+
+    @property
+    def filters(self) -> bool:
+        """Rows may be filtered whatever --drop-uniform-groups says: staleness or a band is set."""
+        return self.max_staleness is not None or self.keep_band is not None
+
+    @property
+    def stale_dropped(self) -> bool:
+        """Stale units are removed before the statistics (--stale-rows drop)."""
+        return self.max_staleness is not None and self.stale_rows == "drop"
+
+    @property
+    def excludes_zero_mask(self) -> bool:
+        return self.zero_mask_units == "exclude"
+
+    @property
+    def uses_contract_v3(self) -> bool:
+        """grpo_loo, remax (per unit since version 3), or any off-policy option."""
+        return CONTRACT_V3 in self.contract_versions_in_use()
 
     @property
     def raw_singletons(self) -> bool:
@@ -136,6 +211,8 @@ class CoreConfig:
             value, values = getattr(self, f.name), f.metadata["values"]
             if (value in values) if values is not None else (value != f.default):
                 used.add(f.metadata["contract_version"])
+            # values that a later version added or changed (remax per unit since version 3)
+            used.update(version for version, later in f.metadata.get("later", {}).items() if value in later)
         return used
 
     @property
@@ -147,3 +224,20 @@ class CoreConfig:
     def version(self) -> int:
         """The version a run records: its semantics', or the newest of the contract's options it uses."""
         return max({SEMANTICS_VERSION[self.semantics], *self.contract_versions_in_use()})
+
+
+def _band_text(text) -> str:
+    """`LO:HI` (numbers, LO <= HI; either may be -inf/inf) in one spelling, so that equal bands record alike."""
+    if isinstance(text, (tuple, list)) and len(text) == 2:
+        parts = [str(v) for v in text]
+    else:
+        parts = str(text).split(":")
+    try:
+        if len(parts) != 2:
+            raise ValueError
+        low, high = float(parts[0]), float(parts[1])
+    except ValueError:
+        raise ValueError(f"--keep-band {text!r}: expected LO:HI, two numbers (e.g. 0.1:0.9)") from None
+    if math.isnan(low) or math.isnan(high) or low > high:
+        raise ValueError(f"--keep-band {text!r}: expected LO <= HI")
+    return f"{low!r}:{high!r}"

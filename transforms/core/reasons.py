@@ -42,10 +42,17 @@ class Reason(StrEnum):
     MASK_VALUE = "mask-value"                        # a loss_mask value other than 0 and 1 (unit: group)
     # not a dead letter: the reason of filtered.parquet rows (--drop-uniform-groups)
     UNIFORM_GROUP = "uniform-group"
-    # version 3: rescoring (--reward-fn, --rm-url, --reward-model)
+    # version 3 of the contract (docs/semantics.md, "Off-policy preprocessing"): dead letters
+    MISSING_VERSION = "missing-version"  # --max-staleness: a unit's version is null, an empty list or not a number
+    MISSING_METRIC = "missing-metric"    # --filter-metric: a unit's metric is null or not a number (its group)
+    # ... and reasons of filtered.parquet rows (not dead letters), the first one first when several apply
+    STALE = "stale"                      # the row's unit is older than --max-staleness versions
+    METRIC_BAND = "metric-band"          # the group's mean metric lies outside --keep-band
+    # version 3 too: rescoring (--reward-fn, --rm-url, --reward-model)
     REWARD_FAILED = "reward-failed"  # the verifier kept failing on the row, or answered no reward (unit: its group)
 
 
 OK = 0
 REASONS: tuple[str, ...] = ("", *Reason)  # code -> reason; 0: no problem
 CODE: dict[str, int] = {reason: code for code, reason in enumerate(REASONS)}
+FILTER_REASONS = (Reason.STALE, Reason.METRIC_BAND, Reason.UNIFORM_GROUP)  # precedence order

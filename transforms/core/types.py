@@ -32,6 +32,9 @@ class CoreInput:
     reward_parts: Array | None = None  # float64 [K, N]: row i's value of --reward-keys field j at [j, i] (gdpo);
     #                                    any value where row_problem != 0
     baseline: Array | None = None      # float64 [N] the --baseline-column value (remax); NaN when unusable
+    # version 3 of the contract, present only when the labeling needs them
+    version: Array | None = None       # float64 [N] the row's weight version (--max-staleness); NaN when unusable
+    metric: Array | None = None        # float64 [N] the --filter-metric value (--keep-band); NaN when unusable
 
     @property
     def num_rows(self) -> int:
@@ -58,6 +61,7 @@ class CoreOutput:
     rollout_mask_sum: Array          # int64 [N]
     problem: Array                   # int64 [N] reason code; != 0 means dead-lettered
     uniform: Array                   # bool [N] the row's group has >= 2 units, all rewards equal
+    filtered: Array                  # int64 [N] reason code of a live row that is not written (filtered.parquet)
     # per batch counters (int64 [num_batches]); dead groups excluded
     groups: Array
     units: Array

@@ -22,7 +22,8 @@ def reasons(out: CoreOutput) -> list[str]:
 
 def core_input(rows, *, batches=None, sizes=None):
     """rows: dicts with reward and optional trainable, group_index, rollout_id, index, problem, batch,
-    parts (gdpo: the row's per-key values) and baseline (remax; None: missing)."""
+    parts (gdpo: the row's per-key values), baseline (remax; None: missing), version (--max-staleness;
+    None: missing) and metric (--filter-metric: given when any row has the key; None: missing)."""
     def column(name, default, dtype):
         return np.array([default if r.get(name) is None else r[name] for r in rows], dtype=dtype)
 
@@ -46,4 +47,7 @@ def core_input(rows, *, batches=None, sizes=None):
         reward_parts=(np.ascontiguousarray(np.array([r.get("parts") for r in rows], dtype=np.float64).T)
                       if rows and rows[0].get("parts") is not None else None),
         baseline=np.array([np.nan if r.get("baseline") is None else r["baseline"] for r in rows], dtype=np.float64),
+        version=np.array([np.nan if r.get("version") is None else r["version"] for r in rows], dtype=np.float64),
+        metric=(np.array([np.nan if r.get("metric") is None else r["metric"] for r in rows], dtype=np.float64)
+                if any("metric" in r for r in rows) else None),
     )

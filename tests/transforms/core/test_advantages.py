@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 from rollout_relabel.transforms.core.config import CoreConfig
+from rollout_relabel.transforms.core.reasons import REASONS
 from tests.transforms.core.builders import DEVICES, core_input, reasons, relabel_on
 
 
@@ -372,7 +373,7 @@ def test_remax_subtracts_the_mainstream_baseline(run):
             rollout(5, 1.0, group=2, baseline=0.0), rollout(6, 1.0, group=2, baseline=0.5),  # uniform: 0
             rollout(7, 1.0, group=3, baseline=float("nan")), rollout(8, 0.0, group=3, baseline=0.0)]
     out = run(rows, estimator="remax")
-    assert out.advantage.tolist() == [0.5, -0.5, 1.75, 1.75, 2.0, 0.0, 0.0, 0.0, 0.0]
+    assert out.advantage.tolist() == [0.5, -0.5, 1.75, 1.75, 2.0, 1.0, 0.5, 0.0, 0.0]
     assert reasons(out) == [""] * 7 + ["missing-baseline"] * 2
 
 
@@ -425,6 +426,134 @@ def test_gdpo_raw_singletons_apply_per_key(run):
     assert out_close(out.advantage, [(a - mu) / math.sqrt(var + 1e-8) for a in s])
 
 
+# ---- version 3 of the contract: estimator names, grpo_loo, the off-policy options (hand-computed)
+
+def filtered(out):
+    return [REASONS[c] for c in out.filtered.tolist()]
+
+
+@pytest.mark.parametrize("name", ["gpro", "GRPO", "Grpo", "rloo ", "reinforce++", "", "ppo2"])
+def test_an_unknown_estimator_is_refused_naming_the_estimators(name):
+    with pytest.raises(ValueError, match="unknown estimator") as error:
+        CoreConfig(estimator=name)
+    assert "grpo_loo" in str(error.value) and "ppo, reinforce_plus_plus, gae, none" in str(error.value)
+
+
+@pytest.mark.parametrize("name", ["ppo", "reinforce_plus_plus", "gae", "none"])
+def test_only_the_trainers_own_estimators_pass_rewards_through(run, name):
+    out = run([rollout(1, 0.5), rollout(2, 3.0)], estimator=name)
+    assert out.advantage.tolist() == [0.5, 3.0]
+
+
+def test_grpo_loo_with_std(run):
+    rows = ([rollout(r, x) for r, x in enumerate([1, 0, 0, 1])]                      # k = 4
+            + [rollout(10 + r, x, group=1) for r, x in enumerate([1, 0, 0])]        # k = 3
+            + [rollout(20, 3, group=2), rollout(21, 1, group=2)]                    # k = 2: s = 0
+            + [rollout(30, 5, group=3)]                                             # k = 1: 0
+            + [rollout(40 + r, 0.1, group=4) for r in range(3)])                    # equal: 0
+    out = run(rows, estimator="grpo_loo")
+    # k = 4: others of a 1 are (0, 0, 1): b = 1/3, s = sqrt(1/3); A = (2/3) / (0.577350 + 1e-6) = 1.154699
+    # k = 3: others of the 1 are (0, 0): s = 0, A = 1; others of a 0 are (1, 0): A = -0.5 / (0.707107 + 1e-6)
+    assert adv(out) == [1.1547, -1.1547, -1.1547, 1.1547, 1.0, -0.7071, -0.7071, 2.0, -2.0, 0.0, 0.0, 0.0, 0.0]
+    assert out.advantage.tolist()[0] == pytest.approx((2 / 3) / (math.sqrt(1 / 3) + 1e-6), abs=1e-6)
+
+
+def test_grpo_loo_without_std_is_the_leave_one_out_baseline(run):
+    rows = [rollout(r, x) for r, x in enumerate([1, 0, 0])] + [rollout(9, 4, group=1)]
+    out = run(rows, estimator="grpo_loo", std_normalization=False, singleton_groups="raw")
+    assert adv(out) == [1.0, -0.5, -0.5, 0.0]  # a one-unit group is 0 even with --singleton-groups raw
+
+
+STALE_ROWS = [rollout(1, 1.0, version=5), rollout(2, 0.0, version=3), rollout(3, 1.0, version=4),
+              rollout(4, 0.0, version=5)]
+
+
+def test_stale_units_stay_in_the_baseline_and_are_filtered(run):
+    out = run(STALE_ROWS, std_normalization=False, max_staleness=1)  # current = 5: row 1 is 2 versions old
+    assert out.advantage.tolist() == [0.5, -0.5, 0.5, -0.5]
+    assert filtered(out) == ["", "stale", "", ""]
+
+
+def test_stale_units_dropped_before_the_statistics(run):
+    out = run(STALE_ROWS, std_normalization=False, max_staleness=1, stale_rows="drop")
+    assert adv(out) == [0.3333, 0.0, 0.3333, -0.6667]  # mean of (1, 1, 0)
+    assert filtered(out) == ["", "stale", "", ""]
+
+
+def test_current_version_given(run):
+    out = run(STALE_ROWS, std_normalization=False, max_staleness=1, current_version=6)  # 6 - 4 = 2 > 1
+    assert filtered(out) == ["", "stale", "stale", ""]
+    out = run(STALE_ROWS, std_normalization=False, max_staleness=0)  # only version 5 is fresh
+    assert filtered(out) == ["", "stale", "stale", ""]
+
+
+def test_a_missing_version_kills_its_group(run):
+    rows = STALE_ROWS + [rollout(5, 1.0, group=1, version=None), rollout(6, 0.0, group=1, version=2)]
+    out = run(rows, std_normalization=False, max_staleness=1)
+    assert reasons(out) == [""] * 4 + ["missing-version"] * 2
+    assert filtered(out) == ["", "stale", "", "", "", ""]  # the current version is still the batch's largest, 5
+
+
+def test_zero_mask_units_excluded(run):
+    rows = [rollout(1, 1.0, trainable=2), rollout(2, 0.0, trainable=0), rollout(3, 0.5, trainable=3)]
+    assert adv(run(rows, std_normalization=False)) == [0.5, -0.5, 0.0]
+    assert adv(run(rows, std_normalization=False, zero_mask_units="exclude")) == [0.25, 0.0, -0.25]
+
+
+BAND_ROWS = ([rollout(r, x, metric=m) for r, x, m in zip(range(4), [1, 1, 0, 1], [0, 0, 0, 1])]
+             + [rollout(10 + r, x, group=1, metric=m) for r, x, m in zip(range(4), [0, 0, 0, 1], [1, 1, 1, 0])])
+
+
+def test_metric_band_over_the_metric_column(run):
+    out = run(BAND_ROWS, std_normalization=False, keep_band="0.3:0.9")  # metric means 0.25 and 0.75
+    assert filtered(out) == ["metric-band"] * 4 + [""] * 4
+
+
+def test_metric_band_over_the_rewards_without_a_metric_column(run):
+    rows = [{k: v for k, v in r.items() if k != "metric"} for r in BAND_ROWS]
+    out = run(rows, std_normalization=False, keep_band="0.3:0.9")  # reward means 0.75 and 0.25
+    assert filtered(out) == [""] * 4 + ["metric-band"] * 4
+
+
+def test_stale_comes_before_metric_band(run):
+    rows = [dict(r, version=5 if i != 5 else 1) for i, r in enumerate(BAND_ROWS)]
+    out = run(rows, std_normalization=False, keep_band="0.3:0.9", max_staleness=2)
+    assert filtered(out) == ["metric-band"] * 4 + ["", "stale", "", ""]
+
+
+def test_a_missing_metric_kills_its_group(run):
+    rows = [dict(r, metric=None) if i == 6 else r for i, r in enumerate(BAND_ROWS)]
+    out = run(rows, std_normalization=False, keep_band="0.3:0.9")
+    assert reasons(out) == [""] * 4 + ["missing-metric"] * 4
+
+
+def test_uniform_tolerance(run):
+    rows = [rollout(1, 0.5), rollout(2, 0.5000001), rollout(3, 0.5)]
+    assert run(rows).advantage.tolist() != [0.0, 0.0, 0.0]  # float32 residue scaled by a tiny std
+    out = run(rows, uniform_tolerance=1e-3)
+    assert out.advantage.tolist() == [0.0, 0.0, 0.0] and out.uniform.tolist() == [True] * 3
+    out = relabel_on(core_input(rows), CoreConfig(uniform_tolerance=1e-3), "cpu", drop_uniform_groups=True)
+    assert filtered(out) == ["uniform-group"] * 3
+
+
+def test_contract_version_3_is_recorded_for_its_options():
+    assert CoreConfig(estimator="remax").version == 3 and CoreConfig(estimator="grpo_loo").version == 3
+    assert CoreConfig(max_staleness=2).version == 3 and CoreConfig(keep_band="0:1").version == 3
+    assert CoreConfig(zero_mask_units="exclude").version == 3 and CoreConfig(uniform_tolerance=0.1).version == 3
+    assert CoreConfig().version == 1 and CoreConfig(estimator="opo").version == 2
+
+
+@pytest.mark.parametrize("options, message", [
+    (dict(current_version=3), "needs --max-staleness"), (dict(stale_rows="drop"), "needs --max-staleness"),
+    (dict(max_staleness=-1), ">= 0"), (dict(max_staleness=1, stale_rows="keep"), "baseline-only, drop"),
+    (dict(zero_mask_units="drop"), "baseline, exclude"), (dict(keep_band="0.9:0.1"), "LO <= HI"),
+    (dict(keep_band="0.5"), "LO:HI"), (dict(uniform_tolerance=-1.0), ">= 0"),
+    (dict(uniform_tolerance=float("nan")), ">= 0")])
+def test_off_policy_options_are_checked(options, message):
+    with pytest.raises(ValueError, match=message):
+        CoreConfig(**options)
+
+
 # ---- _unit_advantages with its context objects (units in groups; the inputs only some estimators read)
 
 def test_unit_advantages_reads_its_groups_and_the_estimators_own_inputs():
@@ -442,4 +571,4 @@ def test_unit_advantages_reads_its_groups_and_the_estimators_own_inputs():
     remax = _unit_advantages(xp, reward, groups, CoreConfig(estimator="remax"), "remax", False,
                              _EstimatorInputs(chosen=np.array([0, 1, 2, 3, 4]),
                                               baseline=np.array([0.5, 0.5, 0.5, 1.0, 2.0])))
-    assert remax.tolist() == [-0.5, 0.5, 1.5, 0.0, 0.0]  # r - b, the uniform group 0
+    assert remax.tolist() == [-0.5, 0.5, 1.5, 4.0, 3.0]  # r - b per unit, a uniform group too (version 3)

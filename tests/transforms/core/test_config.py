@@ -6,6 +6,9 @@ import pytest
 
 from rollout_relabel.transforms.core.config import (
     CONTRACT_V2,
+    CONTRACT_V3,
+    GRPO_LOO,
+    REMAX,
     SEMANTICS,
     SEMANTICS_VERSION,
     WIDER_FIELD_ESTIMATORS,
@@ -14,11 +17,15 @@ from rollout_relabel.transforms.core.config import (
 )
 
 
-def test_the_version_2_options_are_marked_in_their_fields():
+def test_the_version_2_and_3_options_are_marked_in_their_fields():
     marked = {f.name: f.metadata["contract_version"] for f in dataclasses.fields(CoreConfig)
               if "contract_version" in f.metadata}
+    off_policy = ("max_staleness", "current_version", "stale_rows", "zero_mask_units", "keep_band",
+                  "uniform_tolerance")
     assert marked == {"estimator": CONTRACT_V2, "singleton_groups": CONTRACT_V2, "reward_keys": CONTRACT_V2,
-                      "reward_weights": CONTRACT_V2}
+                      "reward_weights": CONTRACT_V2, **dict.fromkeys(off_policy, CONTRACT_V3)}
+    estimator = next(f for f in dataclasses.fields(CoreConfig) if f.name == "estimator")
+    assert estimator.metadata["later"] == {CONTRACT_V3: (GRPO_LOO, REMAX)}  # remax per unit since version 3
 
 
 @pytest.mark.parametrize("semantics", SEMANTICS)
@@ -35,7 +42,8 @@ def test_the_derived_version_is_the_first_releases_rule(semantics):
         v2 = (estimator in WIDER_FIELD_ESTIMATORS or singleton != "zero" or keys is not None
               or weights is not None)
         assert config.uses_contract_v2 == v2
-        assert config.version == (CONTRACT_V2 if v2 else SEMANTICS_VERSION[semantics])
+        v3 = estimator == REMAX  # remax's outputs changed in version 3 (per unit)
+        assert config.version == (CONTRACT_V3 if v3 else CONTRACT_V2 if v2 else SEMANTICS_VERSION[semantics])
 
 
 def test_a_field_marked_with_since_is_read_without_another_edit():

@@ -5,7 +5,9 @@ partial group_index, right and wrong prompt_group_sizes, ties in trainable
 tokens, repeated rewards, occasional row problems) are relabelled by both, for
 every semantics x estimator x std flag x mainstream policy x rewards
 normalization x one-unit rule (version 2: grpo_passk, opo, gpg, remax, gdpo, with
-per-key rewards, unequal weights, missing baselines and --drop-uniform-groups).
+per-key rewards, unequal weights, missing baselines and --drop-uniform-groups; version 3: grpo_loo and
+the off-policy options: staleness with both --stale-rows, --zero-mask-units exclude, a metric band over
+a metric column or the unit values, and a uniform tolerance).
 """
 from __future__ import annotations
 
@@ -27,7 +29,7 @@ from tests.reference import Batch, Row, batch_counters, reference_relabel
 from tests.transforms.core.builders import DEVICES, relabel_on
 
 ESTIMATORS = ("grpo", "gspo", "cispo", "dr_grpo", "reinforce_plus_plus_baseline", "rloo", "ppo",
-              "grpo_passk", "opo", "gpg", "remax", "gdpo")
+              "grpo_passk", "opo", "gpg", "remax", "gdpo", "grpo_loo")
 KEY_NAMES = ("a", "b", "c")
 UNEQUAL_WEIGHTS = (1.0, 0.5, -2.0)
 ROW_PROBLEMS = ("non-finite-reward", "mask-length", "non-numeric-reward", "missing-column",
@@ -37,11 +39,15 @@ ADVANTAGE_TOL = 1e-5
 
 # ---------------------------------------------------------------- adapter: oracle rows -> core tensors
 
-def to_core_input(batches: list[Batch]) -> CoreInput:
+def to_core_input(batches: list[Batch], metric: bool = False) -> CoreInput:
+    """metric: the rows carry --filter-metric values (else the core reads no metric column)."""
     batch_ids, reward, trainable, group_index, has_group_index = [], [], [], [], []
     rollout_key, has_rollout_key, row_problem, parts, baseline = [], [], [], [], []
+    version, metrics = [], []
     for b, batch in enumerate(batches):
         for row in batch.rows:
+            version.append(math.nan if row.version is None else row.version)
+            metrics.append(math.nan if row.metric is None else row.metric)
             parts.append(row.parts)
             baseline.append(math.nan if row.baseline is None else row.baseline)
             batch_ids.append(b)
@@ -74,6 +80,8 @@ def to_core_input(batches: list[Batch]) -> CoreInput:
                             for batch in batches],
         reward_parts=reward_parts,
         baseline=np.array(baseline, dtype=np.float64),
+        version=np.array(version, dtype=np.float64),
+        metric=np.array(metrics, dtype=np.float64) if metric else None,
     )
 
 
@@ -107,9 +115,10 @@ def describe(batches: list[Batch], config: CoreConfig, drop_uniform_groups: bool
 
 
 def assert_core_matches_reference(batches: list[Batch], config: CoreConfig, device: str,
-                                  inp: CoreInput | None = None, drop_uniform_groups: bool = False) -> None:
-    expected = reference_relabel(batches, config, drop_uniform_groups)
-    out = relabel_on(to_core_input(batches) if inp is None else inp, config, device, drop_uniform_groups)
+                                  inp: CoreInput | None = None, drop_uniform_groups: bool = False,
+                                  metric: bool = False) -> None:
+    expected = reference_relabel(batches, config, drop_uniform_groups, metric)
+    out = relabel_on(to_core_input(batches, metric) if inp is None else inp, config, device, drop_uniform_groups)
     try:
         _compare(expected, out)
     except AssertionError as error:
@@ -126,6 +135,7 @@ def _compare(expected, out) -> None:
     prompt_group = out.prompt_group.tolist()
     mask_sum = out.rollout_mask_sum.tolist()
     uniform = out.uniform.tolist()
+    filtered = out.filtered.tolist()
     for i, ref in enumerate(flat):
         where = f"row {i} (flat): expected {ref}"
         assert REASONS[problem[i]] == ref.problem, f"problem {REASONS[problem[i]]!r}; {where}"
@@ -137,6 +147,7 @@ def _compare(expected, out) -> None:
         assert prompt_group[i] == ref.prompt_group, f"prompt_group {prompt_group[i]}; {where}"
         assert mask_sum[i] == ref.rollout_mask_sum, f"rollout_mask_sum {mask_sum[i]}; {where}"
         assert uniform[i] == ref.uniform, f"uniform {uniform[i]}; {where}"
+        assert REASONS[filtered[i]] == ref.filtered, f"filtered {REASONS[filtered[i]]!r}; {where}"
     counters = [batch_counters(per_batch) for per_batch in expected]
     got = list(zip(out.groups.tolist(), out.units.tolist(), out.uniform_groups.tolist()))
     assert got == counters, f"counters (groups, units, uniform_groups) per batch: core {got}, reference {counters}"
@@ -208,6 +219,20 @@ def _rollout_rows(rng, gi_mode: str, problem_rate: float, extra=None, n_keys: in
     return rows
 
 
+def _off_policy_fields(rows: list[Row], rng) -> None:
+    """Version 3: each row's weight version (mostly shared by its rollout, sometimes missing) and metric
+    (0/1 or a fraction, sometimes missing); some rows lose every trainable token."""
+    version, metric = rng.randrange(6), rng.choice((0.0, 1.0, 0.5))
+    for row in rows:
+        if rng.random() < 0.3:
+            version, metric = rng.randrange(6), rng.choice((0.0, 1.0, 0.25, True, False))
+        kind = rng.randrange(30)
+        row.version = None if kind == 0 else (math.nan if kind == 1 else float(version))
+        row.metric = None if kind == 2 else float(metric)
+        if rng.random() < 0.15:
+            row.trainable = 0
+
+
 def build_batch(knobs: dict, n: int | None, b: int | None, n_keys: int = 1) -> Batch:
     """One batch from a few drawn knobs and a seed (rows carry n_keys per-key values and a baseline)."""
     targets = [None]                      # None: whatever 1..5 rollouts give
@@ -225,6 +250,7 @@ def build_batch(knobs: dict, n: int | None, b: int | None, n_keys: int = 1) -> B
         rows.extend(_rollout_rows(rng, knobs["group_index"], knobs["problem_rate"], extra, n_keys))
     if target is not None:
         rows = rows[:target]
+    _off_policy_fields(rows, random.Random(knobs["seed"] + 2))
     if knobs["interleave"]:
         rng.shuffle(rows)
 
@@ -296,6 +322,45 @@ def test_core_matches_reference_row_units(semantics, estimator, device, scenario
 @given(scenario=SCENARIOS)
 def test_core_matches_reference_rollouts(semantics, estimator, device, scenario):
     _check_scenario(semantics, estimator, scenario, device)
+
+
+# ---------------------------------------------------------------- version 3: the off-policy options
+
+OFF_POLICY_OPTIONS = list(itertools.product(
+    ((None, None, "baseline-only"), (0, None, "baseline-only"), (1, None, "drop"), (0, 3, "drop"),
+     (1, 4, "baseline-only")),                     # (max_staleness, current_version, stale_rows)
+    ("baseline", "exclude"),                        # zero_mask_units
+    ((None, False), ("0.2:0.8", False), ("0.3:1.0", True), ("-1.0:0.5", True)),  # (keep_band, metric column)
+    (0.0, 0.15),                                    # uniform_tolerance
+    (False, True),                                  # drop_uniform_groups
+))
+OFF_POLICY_PER_SCENARIO = 6
+
+
+def _check_off_policy(semantics, estimator, scenario, device):
+    n, b, batches, n_keys = scenario
+    keys = KEY_NAMES[:n_keys] if estimator == "gdpo" else None
+    pick = random.Random(len(batches) * 1009 + sum(len(batch.rows) for batch in batches))
+    inputs = {}
+    for (staleness, current, stale_rows), zero_mask, (band, metric), tolerance, drop in pick.sample(
+            OFF_POLICY_OPTIONS, OFF_POLICY_PER_SCENARIO):
+        for std in (True, False):
+            config = CoreConfig(semantics=semantics, estimator=estimator, std_normalization=std,
+                                n_samples_per_prompt=n, rollout_batch_size=b, reward_keys=keys,
+                                max_staleness=staleness, current_version=current, stale_rows=stale_rows,
+                                zero_mask_units=zero_mask, keep_band=band, uniform_tolerance=tolerance)
+            if metric not in inputs:
+                inputs[metric] = to_core_input(batches, metric)
+            assert_core_matches_reference(batches, config, device, inputs[metric], drop, metric)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("estimator", ESTIMATORS)
+@pytest.mark.parametrize("semantics", ["group-index", "rollout-mainstream"])
+@settings(max_examples=int(10 * SCALE), **PROPERTY_SETTINGS)
+@given(scenario=SCENARIOS)
+def test_off_policy_options_match_reference(semantics, estimator, device, scenario):
+    _check_off_policy(semantics, estimator, scenario, device)
 
 
 # ---------------------------------------------------------------- fixed cases through the core

@@ -20,7 +20,8 @@ from tests.expected import expected_outputs
 
 DEVICE = os.environ.get("RELABEL_TEST_DEVICE", TORCH_CPU)
 ADVANTAGE_GAP = 0.0 if DEVICE == TORCH_CPU else 1e-5
-ESTIMATORS = [("grpo", True), ("grpo", False), ("rloo", True), ("reinforce_plus_plus_baseline", True)]
+ESTIMATORS = [("grpo", True), ("grpo", False), ("rloo", True), ("reinforce_plus_plus_baseline", True),
+              ("grpo_loo", True)]
 CONFIGS = [CoreConfig(semantics=s, estimator=e, std_normalization=std) for s in SEMANTICS for e, std in ESTIMATORS]
 
 

@@ -76,10 +76,11 @@ def compare_batch(batch_key: str, parts: list[tuple[str, pa.Table]], prompt_grou
     if a.stored_column is None:
         side_a = label_batch(batch_key, parts_a, prompt_group_sizes, a.labeling, device)
         adv_a, state_a, _ = _aligned(side_a, parts)
-        dead_a_by_reason = _reasons(side_a.dead)
+        dead_a_by_reason, filtered_a_by_reason = _reasons(side_a.dead), _reasons(side_a.filtered)
         groups_a, uniform_groups_a = side_a.counters.groups, side_a.counters.uniform_groups
     else:
         adv_a, state_a, dead_a_by_reason = _stored(slim, len(adv_b))
+        filtered_a_by_reason = {}
         groups_a, uniform_groups_a = _stored_groups(adv_a, state_a, group_b)
     n = len(adv_a)
     file_rows = np.concatenate([np.asarray(t.column("row")) for _, t in parts]) if parts else np.zeros(0, np.int64)
@@ -100,6 +101,8 @@ def compare_batch(batch_key: str, parts: list[tuple[str, pa.Table]], prompt_grou
         "dead_both": int(((state_a == DEAD) & (state_b == DEAD)).sum()),
         "filtered_a": int((state_a == FILTERED).sum()), "filtered_b": int((state_b == FILTERED).sum()),
         "dead_a_by_reason": dead_a_by_reason, "dead_b_by_reason": _reasons(side_b.dead),
+        "filtered_a_by_reason": filtered_a_by_reason,
+        "filtered_b_by_reason": _reasons(side_b.filtered),
         "agree": int(agree.sum()), "wrong_sign": int(wrong_sign.sum()),
         "zero_to_nonzero": int((compared & zero_a & ~zero_b).sum()),
         "nonzero_to_zero": int((compared & ~zero_a & zero_b).sum()),
@@ -291,6 +294,11 @@ def summarize(batches: list[dict], files: list[dict], groups: list[dict], points
             if f["reason"]:
                 reasons[f"{f['reason']} (file)"] = reasons.get(f"{f['reason']} (file)", 0) + 1
         totals[f"dead_{side}_by_reason"] = dict(sorted(reasons.items()))
+        filtered: dict[str, int] = {}
+        for r in batches:
+            for reason, count in r[f"filtered_{side}_by_reason"].items():
+                filtered[reason] = filtered.get(reason, 0) + count
+        totals[f"filtered_{side}_by_reason"] = dict(sorted(filtered.items()))
     if batches and "reward_rows" in batches[0]:  # a verifier per side: reward agreement
         totals.update({name: sum(r[name] for r in batches) for name in REWARD_COUNTS})
         totals["reward_sum_abs_delta"] = float(sum(r["reward_sum_abs_delta"] for r in batches))

@@ -68,6 +68,16 @@ def side_text(side: dict) -> str:
                      + (f" weighted {','.join(f'{w:g}' for w in weights)}" if weights else ""))
     if side.get("baseline_column"):
         parts.append(f"baseline {side['baseline_column']}")
+    # version 3 options, likewise
+    if side.get("max_staleness") is not None:
+        parts.append(f"max staleness {side['max_staleness']} ({side.get('stale_rows', 'baseline-only')})")
+    if side.get("zero_mask_units"):
+        parts.append(f"zero-mask units {side['zero_mask_units']}")
+    if side.get("keep_band"):
+        parts.append(f"band {side['keep_band']}" + (f" of {side['filter_metric']}" if side.get("filter_metric")
+                                                    else ""))
+    if side.get("uniform_tolerance"):
+        parts.append(f"uniform tolerance {side['uniform_tolerance']:g}")
     return ", ".join(parts)
 
 
@@ -109,8 +119,15 @@ def totals_rows(report: dict) -> list[tuple[str, str]]:
         ("groups A / B (B differing)", f"{t['groups_a']} / {t['groups_b']} ({t['groups_differing']})"),
         ("dead-lettered rows A", dead("a")),
         ("dead-lettered rows B", dead("b")),
-        ("filtered rows A / B", f"{t['filtered_a']} / {t['filtered_b']}"),
+        ("filtered rows A / B", f"{t['filtered_a']} / {t['filtered_b']}" + filtered_reasons(t)),
     ]
+
+
+def filtered_reasons(t: dict) -> str:
+    """` (A: stale: 3; B: metric-band: 2)`: each side's filtered rows per reason, when any were filtered."""
+    sides = [f"{side.upper()}: " + ", ".join(f"{k}: {v}" for k, v in t.get(f"filtered_{side}_by_reason", {}).items())
+             for side in ("a", "b") if t.get(f"filtered_{side}_by_reason")]
+    return f" ({'; '.join(sides)})" if sides else ""
 
 
 def _axis_name(side: dict) -> str:

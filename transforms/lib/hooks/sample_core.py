@@ -75,11 +75,14 @@ class SampleRows:
 
 
 def rows_from_samples(samples, reward_key: str | None = None, reward_keys: tuple[str, ...] | None = None,
-                      reward_weights: tuple[float, ...] | None = None) -> SampleRows:
+                      reward_weights: tuple[float, ...] | None = None, version_field: str | None = None,
+                      metric_field: str | None = None) -> SampleRows:
     """The core's input for one batch of Sample-like objects (attributes as slime / miles Sample has them).
 
     reward_key: the reward is a dict, use this field. reward_keys / reward_weights: the reward is a dict,
     its value the weighted sum of these fields (all weights 1 when not given), each field kept for gdpo.
+    version_field / metric_field: where each sample's weight version and --filter-metric value are read
+    (an attribute, or `metadata.KEY`).
 
     Cost: one sum() over each loss mask (the trainer's own rollout_mask_sums does the same), the rest
     C-level passes over the attributes and numpy.
@@ -104,6 +107,10 @@ def rows_from_samples(samples, reward_key: str | None = None, reward_keys: tuple
     core = _core_input(fields, reward, trainable, flag.problem)
     if parts is not None:
         core.reward_parts = np.ascontiguousarray(np.where((flag.problem == 0)[:, None], parts, 0.0).T)
+    if version_field is not None:
+        core.version = _numbers(samples, version_field, smallest=True)
+    if metric_field is not None:
+        core.metric = _numbers(samples, metric_field, smallest=False)
     return SampleRows(core, reward, flag.details)
 
 
@@ -208,6 +215,42 @@ def _core_input(fields: _Fields, reward: np.ndarray, trainable: np.ndarray, prob
         num_batches=1,
         prompt_group_sizes=[None],
     )
+
+
+def sample_value(sample, path: str):
+    """A sample's value at `path`: an attribute, then keys into dicts (`metadata.acc`); None when absent."""
+    name, *keys = path.split(".")
+    value = getattr(sample, name, None)
+    for key in keys:
+        value = value.get(key) if isinstance(value, dict) else None
+    return value
+
+
+def _numbers(samples, path: str, smallest: bool) -> np.ndarray:
+    """float64 per sample at `path`: a number, a boolean (0/1) or a numeric string; with `smallest`, a list
+    of them gives its smallest (slime's weight_versions: the oldest weights behind the sample). NaN where
+    unusable (the core's missing-version / missing-metric decide what that means)."""
+    def number(value):
+        if isinstance(value, (bool, np.bool_)):
+            return float(value)
+        if isinstance(value, (int, float, np.integer, np.floating)):
+            return float(value)
+        if isinstance(value, str):
+            try:
+                return float(value)
+            except ValueError:
+                return float("nan")
+        return float("nan")
+
+    out = np.full(len(samples), np.nan)
+    for i, sample in enumerate(samples):  # a per-sample attribute walk: the hook's step is small
+        value = sample_value(sample, path)
+        if smallest and isinstance(value, (list, tuple)):
+            values = [number(v) for v in value]
+            out[i] = min(values) if values and not any(np.isnan(values)) else np.nan
+        else:
+            out[i] = number(value)
+    return out
 
 
 def _field(samples, name) -> list:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import io
 import os
-import pickle
 import stat
 
 import pyarrow as pa
@@ -15,10 +14,11 @@ import pyarrow.parquet as pq
 
 from rollout_relabel.transforms.core.reasons import Reason
 from rollout_relabel.transforms.lib.errors import BadFile, InputChanged
-from rollout_relabel.transforms.lib.io import filesystem
-from rollout_relabel.transforms.lib.io.dump_samples import samples_to_table
+from rollout_relabel.transforms.lib.io import filesystem, pt_dumps
+from rollout_relabel.transforms.lib.io.dump_samples import samples_to_table  # noqa: F401 - re-exported
 from rollout_relabel.transforms.lib.io.jsonl import read_jsonl
 from rollout_relabel.transforms.lib.labeling.settings import DEFAULT_MAX_FILE_BYTES
+from rollout_relabel.transforms.lib.worker import processes as processes_pool
 
 PT_SUFFIXES = (".pt", ".pth")
 PARQUET_SUFFIXES = (".parquet", ".pq")
@@ -40,12 +40,12 @@ def file_format(path: str) -> str:
 
 
 def read_input(record: dict, columns=None, max_bytes: int = DEFAULT_MAX_FILE_BYTES,
-               use_threads: bool = True) -> tuple[pa.Table, dict]:
+               use_threads: bool = True, processes: int = 0) -> tuple[pa.Table, dict]:
     """An input as the plan listed it ({path, size, mtime, problem?}), read with read_table.
 
     Refused (BadFile) before any byte is read when its name cannot travel, it is not a regular file
     (a FIFO would hang the run, /dev/zero would fill memory) or it is over max_bytes; InputChanged
-    when its size or mtime is no longer what the plan saw. `use_threads`: as read_table's.
+    when its size or mtime is no longer what the plan saw. `use_threads`, `processes`: as read_table's.
     """
     path = record["path"]
     if record.get("problem"):
@@ -54,7 +54,7 @@ def read_input(record: dict, columns=None, max_bytes: int = DEFAULT_MAX_FILE_BYT
     if record["size"] > max_bytes:
         raise BadFile(Reason.FILE_TOO_LARGE, f"{path}: {record['size']} bytes is over the {max_bytes}-byte limit "
                                         "(--max-file-bytes)")
-    table, metadata = read_table(path, columns, use_threads, max_bytes)
+    table, metadata = read_table(path, columns, use_threads, max_bytes, processes)
     _check_unchanged(record)
     return table, metadata
 
@@ -83,20 +83,18 @@ def _check_unchanged(record: dict) -> None:
                            "is now")
 
 
-def read_table(path: str, columns=None, use_threads: bool = True,
-               max_bytes: int = DEFAULT_MAX_FILE_BYTES) -> tuple[pa.Table, dict]:
+def read_table(path: str, columns=None, use_threads: bool = True, max_bytes: int = DEFAULT_MAX_FILE_BYTES,
+               processes: int = 0) -> tuple[pa.Table, dict]:
     """The file's rows as a table (only `columns` when given, those present) and its batch metadata.
 
     `use_threads`: Parquet columns are decoded on pyarrow's thread pool (off: on the calling thread).
     `max_bytes`: a .jsonl.gz is refused once it decompresses to more (file-too-large).
+    `processes` > 1: a local `.pt` dump is read on a pool of that many processes (lib/worker/processes.py).
 
     metadata: {"step": int | None, "prompt_group_sizes": list[int] | None}
     """
     if file_format(path) == "pt":
-        raw = _read_bytes(path)
-        if not raw:
-            raise BadFile(Reason.EMPTY_FILE, f"{path}: file is empty (0 bytes)")
-        return _read_pt(path, raw, columns)
+        return _read_pt(path, columns, processes)
     if file_format(path) == "jsonl":
         return read_jsonl(path, _read_bytes(path), columns, max_bytes), {"step": None, "prompt_group_sizes": None}
     return _read_parquet(path, columns, use_threads), {"step": None, "prompt_group_sizes": None}
@@ -136,55 +134,9 @@ def _read_parquet(path, columns, use_threads=True):
             raise BadFile(Reason.UNREADABLE_FILE, f"{path}: not a readable Parquet file: {error}") from error
 
 
-def _read_pt(path, raw, columns):
-    import torch  # heavy import, only for .pt inputs
-
-    try:
-        dump = torch.load(io.BytesIO(raw), map_location="cpu", weights_only=True)
-    except pickle.UnpicklingError as error:
-        if _looks_like(raw):
-            raise BadFile(Reason.UNREADABLE_FILE, f"{path}: {_looks_like(raw)}, not a .pt dump") from error
-        if "weights_only" in str(error).lower() or "unsupported global" in str(error).lower():
-            raise BadFile(Reason.UNSAFE_PICKLE,
-                          f"{path}: refused: the dump needs arbitrary unpickling, which could run code "
-                          f"({str(error).splitlines()[0]})") from error
-        raise BadFile(Reason.UNREADABLE_FILE, f"{path}: corrupt or truncated .pt: {error}") from error
-    except Exception as error:  # noqa: BLE001
-        if _looks_like(raw):
-            raise BadFile(Reason.UNREADABLE_FILE, f"{path}: {_looks_like(raw)}, not a .pt dump") from error
-        raise BadFile(Reason.UNREADABLE_FILE, f"{path}: corrupt or truncated .pt: {error}") from error
-    if not isinstance(dump, dict) or not isinstance(dump.get("samples"), list):
-        raise BadFile(Reason.UNREADABLE_FILE, f"{path}: not a rollout dump (expected a dict with a 'samples' list)")
-    samples = dump["samples"]
-    if not all(isinstance(s, dict) for s in samples):
-        raise BadFile(Reason.UNREADABLE_FILE, f"{path}: 'samples' must be a list of dicts (Sample.to_dict())")
-    for position, sample in enumerate(samples):
-        odd = next((key for key in sample if not isinstance(key, str)), None)
-        if odd is not None:
-            raise BadFile(Reason.ILL_TYPED_COLUMN, f"{path}: sample {position} has a non-string key {odd!r}")
-    metadata = dump.get("metadata") or {}
-    sizes = metadata.get("prompt_group_sizes") if isinstance(metadata, dict) else None
-    if sizes is not None and not (isinstance(sizes, (list, tuple)) and all(
-            isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in sizes)):
-        raise BadFile(Reason.GROUP_SIZES_MISMATCH, f"{path}: metadata prompt_group_sizes is {sizes!r}; expected a list "
-                                              "of non-negative integers")
-    step = dump.get("rollout_id")
-    try:
-        table = samples_to_table(samples, columns, dump=dump)
-    except BadFile as bad:
-        raise BadFile(bad.reason, f"{path}: {bad.message}") from bad
-    return table, {
-        "step": step if isinstance(step, int) else None,
-        "prompt_group_sizes": None if sizes is None else [int(s) for s in sizes],
-    }
-
-
-def _looks_like(raw: bytes) -> str | None:
-    """What a file named .pt really is, when it is something we can name."""
-    if raw[:4] == b"PAR1" and raw[-4:] == b"PAR1":
-        return "a Parquet file (name it .parquet)"
-    try:
-        raw[:4096].decode("utf-8")
-    except UnicodeDecodeError:
-        return None
-    return "a text file"
+def _read_pt(path, columns, processes=0):
+    """A local dump is read through a memory map, a store's object as its bytes (pt_dumps.read_dump);
+    `processes` > 1: on a pool of that many processes (the unpickler holds the GIL, threads take turns)."""
+    if "://" not in path and processes > 1:
+        return processes_pool.run(processes, pt_dumps.read_dump_outcome, path, columns).unwrap()
+    return pt_dumps.read_dump(path, None if "://" not in path else _read_bytes(path), columns)

@@ -88,6 +88,12 @@ def dead_messages(dead_rows, dead_code, batch: BatchRows, config, estimator: Est
                             f"of {source_of(j)} cannot be used: "
                             f"{details.get(int(j), f'{baseline_column!r} is missing')} "
                             f"({len(bad)} unit(s) of the group without a baseline; remax needs r - b)")
+        elif reason in (Reason.MISSING_VERSION, Reason.MISSING_METRIC):
+            noted = [j for j in np.flatnonzero(prompt_group == prompt_group[i]) if int(j) in details]
+            j = noted[0] if noted else i
+            what = "version (--version-column)" if reason == Reason.MISSING_VERSION else "metric (--filter-metric)"
+            messages.append(f"{reason}: {where} is dead-lettered because the {what} of its row {rows[j]} of "
+                            f"{source_of(j)} cannot be used: {details.get(int(j), 'it is missing')}")
         elif reason == Reason.GDPO_TOO_FEW_TOKENS:
             messages.append(f"{reason}: the whole batch {batch_key} is dead-lettered: its {int(too_few.sum())} "
                             f"row(s) left to write have {too_few_tokens} trainable token(s) in all; GDPO's "

@@ -69,7 +69,8 @@ def read_planned(entry: dict, settings: RunSettings, columns=None, rescored: boo
     With rescoring, the rows carry the rewards the rescore stage recorded for them (rescored=False: as stored).
     """
     try:
-        table, metadata = read_input(entry, columns, settings.max_file_bytes, use_threads=settings.parallel_decode)
+        table, metadata = read_input(entry, columns, settings.max_file_bytes, use_threads=settings.parallel_decode,
+                                     processes=settings.pt_processes)
     except InputChanged as changed:
         raise stop_run(settings.output, changed) from None
     if settings.rescoring is not None and rescored:

@@ -23,7 +23,7 @@ from rollout_relabel.transforms.lib.output.stage_outputs import BatchCounts
 class BatchResult:
     results: dict[str, pa.Table]          # source -> RESULT rows that will be written
     dead: pa.Table                        # DEAD_LETTERS rows
-    filtered: pa.Table                    # DEAD_LETTERS rows with reason uniform-group
+    filtered: pa.Table                    # DEAD_LETTERS rows with a filter reason (stale, metric-band, uniform-group)
     counters: BatchCounts
 
 
@@ -76,12 +76,10 @@ def label_batch(batch_key: str, parts: list[tuple[str, pa.Table]], prompt_group_
     reward = fill(batch.slim.column("reward"), 0.0).astype(np.float64)
     inp = core_input_from_slim(batch.slim, np.zeros(n, dtype=np.int64), [prompt_group_sizes], batch.problem, keys)
     out = compute_advantages(inp.to(device), labeling.core, labeling.drop_uniform_groups).to("cpu")
-    live = out.problem == 0
-    filtered_rows = (np.flatnonzero(live & out.uniform) if labeling.drop_uniform_groups
-                     else np.zeros(0, dtype=np.int64))
-    return BatchResult(_results(batch, out, reward, keys[1], labeling.drop_uniform_groups),
+    filtered_rows = np.flatnonzero(out.filtered != 0) if labeling.filters_rows else np.zeros(0, dtype=np.int64)
+    return BatchResult(_results(batch, out, reward, keys[1]),
                        _dead_records(batch, out, reward, keys[1], labeling),
-                       _filtered_records(batch, out, reward, filtered_rows),
+                       _filtered_records(batch, out, reward, filtered_rows, labeling),
                        _counts(batch, out, len(filtered_rows)))
 
 
@@ -99,11 +97,9 @@ def _flag_duplicate_rows(batch: _Rows) -> None:
          lambda i: f"row {batch.rows[i]} of {batch.source_of(i)} appears twice")
 
 
-def _results(batch: _Rows, out, reward: np.ndarray, rollout_key: pa.Array, drop_uniform_groups: bool
-             ) -> dict[str, pa.Table]:
-    """source -> its RESULT rows that will be written (live rows, less uniform groups when they are dropped)."""
-    live = out.problem == 0
-    keep = live & ~out.uniform if drop_uniform_groups else live
+def _results(batch: _Rows, out, reward: np.ndarray, rollout_key: pa.Array) -> dict[str, pa.Table]:
+    """source -> its RESULT rows that will be written (live rows, less the filtered ones)."""
+    keep = (out.problem == 0) & (out.filtered == 0)
     result = pa.table({
         "row": pa.array(batch.rows),
         "raw_reward": pa.array(np.where(batch.problem == 0, reward, np.nan).astype(np.float32)),
@@ -137,12 +133,13 @@ def _dead_records(batch: _Rows, out, reward: np.ndarray, rollout_key: pa.Array, 
                    [REASONS[c] for c in out.problem[dead_rows]], messages)
 
 
-def _filtered_records(batch: _Rows, out, reward: np.ndarray, filtered_rows: np.ndarray) -> pa.Table:
-    """The rows of uniform groups left out (--drop-uniform-groups), as records."""
+def _filtered_records(batch: _Rows, out, reward: np.ndarray, filtered_rows: np.ndarray, labeling: Labeling
+                      ) -> pa.Table:
+    """The filtered rows (stale, metric-band, uniform-group), as records."""
     return records(batch.key, [batch.source_of(i) for i in filtered_rows], batch.rows[filtered_rows],
-                   [Reason.UNIFORM_GROUP] * len(filtered_rows),
-                   [f"prompt group {out.prompt_group[i]} of {batch.key}: every reward equals {reward[i]!r}"
-                    for i in filtered_rows])
+                   [REASONS[c] for c in out.filtered[filtered_rows]],
+                   filter_messages(batch.key, filtered_rows, out.filtered, out.prompt_group, reward, batch.slim,
+                                   labeling.core, labeling.filter_metric))
 
 
 def _counts(batch: _Rows, out, rows_filtered: int) -> BatchCounts:
@@ -151,6 +148,34 @@ def _counts(batch: _Rows, out, rows_filtered: int) -> BatchCounts:
         batch=batch.key, rows=batch.slim.num_rows, rows_dead=int((~live).sum()), rows_filtered=int(rows_filtered),
         groups=int(out.groups.sum()), rollouts=int(out.units.sum()), uniform_groups=int(out.uniform_groups.sum()),
         group_sizes=np.bincount(np.bincount(out.prompt_group[live])).tolist() if live.any() else [])
+
+
+def filter_messages(batch_key, filtered_rows, filter_code, prompt_group, reward, slim, config,
+                    metric_column) -> list[str]:
+    """A sentence per filtered row, naming the values that decided it."""
+    if not len(filtered_rows):
+        return []
+    versions = slim.column("version").to_pylist() if "version" in slim.column_names else None
+    metrics = slim.column("metric").to_pylist() if "metric" in slim.column_names else None
+    messages = []
+    for i in filtered_rows:
+        where = f"prompt group {prompt_group[i]} of {batch_key}"
+        reason = REASONS[filter_code[i]]
+        if reason == Reason.STALE:
+            current = (f"--current-version {config.current_version}" if config.current_version is not None
+                       else "the batch's newest version")
+            messages.append(f"row version {versions[i] if versions else None} is more than --max-staleness "
+                            f"{config.max_staleness} behind {current} ({where}; --stale-rows {config.stale_rows})")
+        elif reason == Reason.METRIC_BAND:
+            what = f"mean {metric_column}" if metric_column is not None else "mean unit reward"
+            value = f" (this row: {metrics[i]!r})" if metrics is not None else ""
+            messages.append(f"{where}: its {what} lies outside --keep-band {config.keep_band}{value}")
+        elif config.uniform_tolerance:
+            messages.append(f"{where}: its unit rewards differ by at most --uniform-tolerance "
+                            f"{config.uniform_tolerance!r} (this row: {reward[i]!r})")
+        else:
+            messages.append(f"{where}: every reward equals {reward[i]!r}")
+    return messages
 
 
 def _without_malformed(batch: _Rows, malformed: np.ndarray, labeling: Labeling, device) -> BatchResult:
@@ -188,6 +213,11 @@ def core_input_from_slim(slim: pa.Table, batch_ids: np.ndarray, prompt_group_siz
         reward_parts = np.ascontiguousarray(np.asarray(values, dtype=np.float64).reshape(len(lists), width).T)
     if "baseline" in slim.column_names:
         baseline = np.ascontiguousarray(fill(slim.column("baseline"), np.nan), dtype=np.float64)
+    version = metric = None
+    if "version" in slim.column_names:
+        version = np.ascontiguousarray(fill(slim.column("version"), np.nan), dtype=np.float64)
+    if "metric" in slim.column_names:
+        metric = np.ascontiguousarray(fill(slim.column("metric"), np.nan), dtype=np.float64)
     return CoreInput(
         batch=np.ascontiguousarray(batch_ids, dtype=np.int64),
         reward=np.ascontiguousarray(fill(slim.column("reward"), 0.0), dtype=np.float64),
@@ -202,6 +232,8 @@ def core_input_from_slim(slim: pa.Table, batch_ids: np.ndarray, prompt_group_siz
         prompt_group_sizes=[None if s is None else np.asarray(s, dtype=np.int64) for s in prompt_group_sizes],
         reward_parts=reward_parts,
         baseline=baseline,
+        version=version,
+        metric=metric,
     )
 
 

@@ -70,6 +70,9 @@ class Labeling:
     columns: tuple[str, ...] | None = None  # --column NAME=SOURCE (sorted by NAME): where each column is read
     batch_from: str = "column"           # --batch-from: column (the step), file, or folder
     group_key: str | None = None         # --group-key verl-uid: the group is a documented part of group_index
+    # version 3: where the off-policy options read (the core's CoreConfig holds what they do)
+    version_column: str | None = None    # each row's weight version: a column or dotted path (a list: its min)
+    filter_metric: str | None = None     # --keep-band averages this column (booleans as 0/1), not the rewards
 
     def __post_init__(self):
         if self.columns is not None:
@@ -85,10 +88,29 @@ class Labeling:
             raise ValueError(f"--baseline-column {self.baseline_column!r} names no column")
         if self.core.normalizes and self.core.estimator == REMAX and self.baseline_column is None:
             raise ValueError("--estimator remax needs --baseline-column COL (e.g. metadata.remax_baseline_reward)")
+        for name, flag in (("version_column", "--version-column"), ("filter_metric", "--filter-metric")):
+            value = getattr(self, name)
+            if value is not None and not value.strip(". "):
+                raise ValueError(f"{flag} {value!r} names no column")
+        if self.core.max_staleness is not None and self.version_column is None:
+            raise ValueError("--max-staleness needs --version-column COL (each row's weight version; the slime, "
+                             "miles and areal presets name theirs)")
+        if self.filter_metric is not None and self.core.keep_band is None:
+            raise ValueError("--filter-metric needs --keep-band LO:HI (the band its group mean must lie in)")
 
     def step_column(self) -> str:
         """The input column that holds the step, as the plan reads it from footers."""
         return column_map(self.columns).get("step", "step")
+
+    @property
+    def filters_rows(self) -> bool:
+        """Some rows may go to filtered.parquet: --drop-uniform-groups, staleness or a band."""
+        return self.drop_uniform_groups or self.core.filters
+
+    def read_version_column(self) -> str | None:
+        """The version column when it is read: only under --max-staleness (a preset naming one changes
+        nothing otherwise)."""
+        return self.version_column if self.core.max_staleness is not None else None
 
     @staticmethod
     def option_names() -> tuple[str, ...]:
@@ -119,7 +141,10 @@ class Labeling:
         out while they have their default: a run that does not use them keeps its record and fingerprint. Values as JSON
         reads them back (lists, not tuples), so a record compares equal to the one stored."""
         defaults = Labeling().values()
-        record = {k: list(v) if isinstance(v, tuple) else v for k, v in self.values().items()
+        values = self.values()
+        if self.read_version_column() is None:  # not read: a preset's version column leaves the record as it was
+            values["version_column"] = None
+        record = {k: list(v) if isinstance(v, tuple) else v for k, v in values.items()
                   if k in FIRST_RECORD or v != defaults[k]}
         return dict(record, semantics_version=self.core.version)
 
@@ -144,6 +169,9 @@ class RunSettings:
     # pyarrow decodes each Parquet file on its own thread pool; off where the local runner already
     # keeps every core busy with its worker threads (the two pools would only take turns)
     parallel_decode: bool = True
+    # local `.pt` dumps are unpickled on a pool of this many processes (0: in the worker thread): the
+    # unpickler holds the GIL, so the local runner's threads alone would read them one at a time
+    pt_processes: int = 0
     # --reward-fn / --rm-url: each row's reward recomputed first (transforms/lib/rescoring/verifier.py)
     rescoring: object | None = None
 
@@ -190,7 +218,8 @@ class Side:
     # the reward key is the run's, not a side's: it is not part of a side's record
     NOT_PER_SIDE = ("reward_key",)
     # what the reward value is, also the run's (read once for both sides): no spec key, but in the record
-    RUN_WIDE = ("reward_keys", "reward_weights", "baseline_column", "columns", "batch_from", "group_key")
+    RUN_WIDE = ("reward_keys", "reward_weights", "baseline_column", "columns", "batch_from", "group_key",
+                "version_column", "filter_metric")
 
     def record(self) -> dict:
         if self.stored_column is not None:
@@ -220,7 +249,12 @@ class CompareSettings:
         """What slim extraction reads, once for both sides: the reward options are the run's, not a side's
         (both sides carry them); the reward key is the command's. With `stored_column()`, the input's
         own advantage column when side A is `column:NAME`."""
-        return dataclasses.replace(self.a.labeling, reward_key=self.reward_key)
+        labeling = dataclasses.replace(self.a.labeling, reward_key=self.reward_key)
+        if labeling.read_version_column() is None and self.b.labeling.read_version_column() is not None:
+            # the version column is run-wide, --max-staleness a side's: read the versions side B needs
+            core = dataclasses.replace(labeling.core, max_staleness=self.b.labeling.core.max_staleness)
+            labeling = dataclasses.replace(labeling, core=core)
+        return labeling
 
     def stored_column(self) -> str | None:
         return self.a.stored_column

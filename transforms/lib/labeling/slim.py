@@ -57,7 +57,8 @@ def slim_input_columns(labeling: Labeling | None = None, stored_advantage: str |
         return schemas.SLIM_INPUT_COLUMNS
     labeling = labeling or Labeling()
     extra = mapped_sources(labeling.columns)
-    for path in (labeling.baseline_column, stored_advantage):
+    for path in (labeling.baseline_column, stored_advantage, labeling.read_version_column(),
+                 labeling.filter_metric):
         if path is not None:
             extra += (path, path.split(".", 1)[0])
     return tuple(dict.fromkeys(schemas.SLIM_INPUT_COLUMNS + extra))
@@ -88,6 +89,11 @@ def extract_slim(table: pa.Table, source: str, labeling: Labeling | str | None =
     stored = None
     if stored_advantage is not None:
         stored = stored_advantage_values(table, stored_advantage)
+    version = metric = None
+    if fields.read_version_column() is not None:
+        version = _version_values(table, fields.read_version_column(), problem, details)
+    if fields.filter_metric is not None:
+        metric = _metric_values(table, fields.filter_metric, problem, details)
     columns = {
         "row": pa.array(np.arange(n, dtype=np.int64)),
         "reward": pa.array(np.where(problem == 0, reward, 0.0)),
@@ -103,11 +109,14 @@ def extract_slim(table: pa.Table, source: str, labeling: Labeling | str | None =
         "group_text": group_text,
         "rollout_text": rollout_text,
         "stored_advantage": stored,
+        "version": pa.array(version, mask=~np.isfinite(version)) if version is not None else None,
+        "metric": pa.array(metric, mask=~np.isfinite(metric)) if metric is not None else None,
     }
     columns.update((name, column) for name, column in optional.items() if column is not None)
     slim = pa.table(columns, schema=schemas.slim_schema(parts is not None, baseline is not None,
                                                         group_text is not None, rollout_text is not None,
-                                                        stored is not None))
+                                                        stored is not None, version is not None,
+                                                        metric is not None))
     return _by_batch(table, source, fields, slim)
 
 
@@ -439,6 +448,63 @@ def _baseline_values(table, path, problem, details) -> np.ndarray:
     _note(problem, details, np.isnan(numbers), lambda i: f"baseline {path!r} is null, absent or not a number")
     _note(problem, details, np.isinf(numbers), lambda i: f"baseline {path!r} is {numbers[i]}")
     return numbers
+
+
+def _version_values(table, path, problem, details) -> np.ndarray:
+    """float64 [n]: each row's weight version at --version-column, NaN where unusable. A number, a numeric
+    string, or a list of them (slime/miles `weight_versions`: one per turn of the sample), whose smallest
+    is the row's version: the oldest weights behind any of its tokens. Like the baseline, not a row
+    problem: only a unit's mainstream row counts (the core's missing-version); rows get a detail."""
+    n = table.num_rows
+    values, why = lookup_path(table, path, "version")
+    if values is None:
+        _note(problem, details, np.ones(n, dtype=bool), lambda i: why)
+        return np.full(n, np.nan)
+    if isinstance(values, np.ndarray):  # parsed from JSON text
+        numbers = values
+    else:
+        kind = values.type
+        if pa.types.is_list(kind) or pa.types.is_large_list(kind):
+            flat = _as_numbers(values.flatten())
+            numbers = np.full(n, np.inf)
+            parents = np.asarray(pc.list_parent_indices(values))
+            np.minimum.at(numbers, parents, flat)  # NaN (a null or non-number inside) wins: unusable
+            numbers[np.isinf(numbers)] = np.nan       # an empty list (or a null one)
+            lengths = fill(pc.list_value_length(values), 0)
+            _note(problem, details, lengths == 0, lambda i: f"version {path!r} is an empty list or null")
+        else:
+            numbers = _as_numbers(values)
+    _note(problem, details, ~np.isfinite(numbers), lambda i: f"version {path!r} is null or not a number")
+    return numbers
+
+
+def _metric_values(table, path, problem, details) -> np.ndarray:
+    """float64 [n]: --filter-metric's value (a number, or a boolean as 0/1), NaN where unusable (the core's
+    missing-metric, for the units whose metric counts)."""
+    n = table.num_rows
+    values, why = lookup_path(table, path, "metric")
+    if values is None:
+        _note(problem, details, np.ones(n, dtype=bool), lambda i: why)
+        return np.full(n, np.nan)
+    numbers = values if isinstance(values, np.ndarray) else _as_numbers(values)
+    _note(problem, details, ~np.isfinite(numbers), lambda i: f"metric {path!r} is null or not a number")
+    return numbers
+
+
+def _as_numbers(values) -> np.ndarray:
+    """float64 of numbers, booleans (0/1) or numeric strings; NaN for nulls and anything else."""
+    kind = values.type
+    if _is_number(kind) or pa.types.is_boolean(kind):
+        return fill(pc.cast(values, pa.float64()), np.nan).astype(np.float64)
+    if pa.types.is_string(kind) or pa.types.is_large_string(kind):
+        out = np.full(len(values), np.nan)
+        for i, text in enumerate(values.to_pylist()):  # text versions are rare: a loop over rows is fine
+            try:
+                out[i] = float(text) if text is not None else np.nan
+            except ValueError:
+                pass
+        return out
+    return np.full(len(values), np.nan)
 
 
 def stored_advantage_values(table, path) -> pa.Array:
