@@ -12,7 +12,7 @@ $(BIN)/python:
 
 $(STAMP): $(BIN)/python pyproject.toml constraints.txt
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -c constraints.txt -e '.[test,bench,dask,delta]'
+	$(BIN)/pip install --quiet -c constraints.txt -e '.[test,bench,dask,delta,rm]'
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -26,6 +26,7 @@ test: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python -m bench
+	$(BIN)/python -m bench.rescoring
 	$(BIN)/python -m bench.pt_dumps
 
 clean:

@@ -15,12 +15,14 @@ so two versions of one table compare as "what did the backfill change".
 """
 from __future__ import annotations
 
+import dataclasses
 import types
 import typing
 
 from rollout_relabel.transforms.core.config import ROW_UNIT_SEMANTICS, SEMANTICS, CoreConfig
 from rollout_relabel.transforms.lib.errors import UsageError
 from rollout_relabel.transforms.lib.labeling.settings import Labeling, Side
+from rollout_relabel.transforms.lib.rescoring.verifier import Rescoring, VerifierError, resolve
 
 ALIASES = {"std": "std_normalization"}
 # the semantics is the spec's first word; the reward's fields are the run's
@@ -38,12 +40,20 @@ def spec_keys() -> dict[str, type]:
     return {**keys, **{alias: keys[name] for alias, name in ALIASES.items()}}
 
 
-def parse_side(flag: str, spec: str, base: dict) -> Side:
+def parse_side(flag: str, spec: str, base: dict, rescoring: Rescoring | None = None) -> Side:
     """`legacy-reshape,estimator=grpo,std=off` over the run-wide `base` values -> a Side;
-    `column:NAME` (--a only) -> a stored side."""
+    `column:NAME` (--a only) -> a stored side. `reward_fn=SPEC` / `rm_url=URL` in the spec: this side's
+    verifier (the run-wide `rescoring` gives the calls' settings, and the verifier where the spec has none)."""
     if spec.strip().startswith(STORED):
         return _stored_side(flag, spec, base)
     semantics, *pairs = [part.strip() for part in spec.split(",")]
+    verifier = {}
+    for pair in list(pairs):
+        key, sep, text = pair.partition("=")
+        if sep and key.strip().replace("-", "_") in VERIFIER_KEYS:
+            verifier[VERIFIER_KEYS[key.strip().replace("-", "_")]] = text.strip()
+            pairs.remove(pair)
+    side_rescoring = _side_rescoring(flag, spec, verifier, rescoring)
     if semantics not in SEMANTICS:
         raise UsageError(f"{flag} {spec}: unknown semantics {semantics!r}; choose one of {', '.join(SEMANTICS)}")
     values = dict(base, semantics=semantics)
@@ -64,8 +74,28 @@ def parse_side(flag: str, spec: str, base: dict) -> Side:
             raise UsageError(f"{flag} {spec}: {key}={text!r} is not a valid value") from error
         values[ALIASES.get(key, key)] = value
     try:
-        return Side(Labeling.from_values(values), spec)
+        return Side(Labeling.from_values(values), spec, rescoring=side_rescoring)
     except ValueError as error:
+        raise UsageError(f"{flag} {spec}: {error}") from error
+
+
+# spec keys that name a side's verifier (docs/rescoring.md), and the Rescoring field each sets
+VERIFIER_KEYS = {"reward_fn": "fn", "rm_url": "rm_url", "reward_fn_version": "version"}
+
+
+def _side_rescoring(flag: str, spec: str, verifier: dict, rescoring: Rescoring | None) -> Rescoring | None:
+    if not verifier or set(verifier) == {"version"}:
+        if verifier and rescoring is None:
+            raise UsageError(f"{flag} {spec}: reward_fn_version without reward_fn")
+        return rescoring if not verifier else resolve(dataclasses.replace(rescoring, **verifier))
+    base = rescoring or Rescoring(fn="json:loads")  # the calls' default settings
+    changes = {"fn": verifier.get("fn"), "rm_url": verifier.get("rm_url"), "version": verifier.get("version"),
+               "model": None,
+               "style": base.style if rescoring is not None and rescoring.fn == verifier.get("fn") else None,
+               "identity": ""}
+    try:
+        return resolve(dataclasses.replace(base, **changes))
+    except VerifierError as error:
         raise UsageError(f"{flag} {spec}: {error}") from error
 
 

@@ -199,12 +199,45 @@ def _add_running(parser: argparse.ArgumentParser, command: str) -> None:
                            help="check the options for their runner, print the plan, submit nothing")
 
 
+def add_rescoring(parser: argparse.ArgumentParser) -> None:
+    """--reward-fn / --rm-url / --reward-model: each row's reward recomputed first (docs/rescoring.md). The
+    options of the calls are left out of --help (a screen): docs/rescoring.md lists them."""
+    group = parser.group("rescoring (docs/rescoring.md)")
+    group.add_argument("--reward-fn", dest="reward_fn", metavar="SPEC",
+                       help="recompute every reward with your function, file.py:name or module:name (trusted code)")
+    group.add_argument("--rm-url", dest="rm_url", metavar="URL",
+                       help="... with a judge over slime's remote protocol (POST prompt, response, label)")
+    if parser.prog != "relabel watch":
+        group.add_argument("--reward-model", dest="reward_model", metavar="DIR",
+                           help="... with a Hugging Face sequence-classification checkpoint on the stored tokens")
+    hidden = argparse.SUPPRESS
+    group.add_argument("--reward-fn-style", dest="reward_fn_style", choices=("slime", "slime-batched", "verl", "row"),
+                       help=hidden)  # its calling convention (default: from its parameter names)
+    group.add_argument("--reward-fn-arg", dest="reward_fn_args", action="append", metavar="KEY=VALUE",
+                       help=hidden)  # an attribute of slime's `args` (repeatable)
+    group.add_argument("--reward-fn-version", dest="reward_fn_version", metavar="TEXT",
+                       help=hidden)  # the identity instead of the source file's SHA-256
+    group.add_argument("--reward-batch-size", dest="reward_batch_size", type=int, default=32, metavar="N",
+                       help=hidden)  # --reward-model: rows in one forward pass
+    group.add_argument("--reward-concurrency", dest="reward_concurrency", type=int, default=64, metavar="N",
+                       help=hidden)  # calls in flight
+    group.add_argument("--reward-workers", dest="reward_workers", type=int, metavar="N",
+                       help=hidden)  # processes for a sync function (default: one per core)
+    group.add_argument("--reward-timeout", dest="reward_timeout", type=float, default=60.0, metavar="S",
+                       help=hidden)  # seconds one attempt may take
+    group.add_argument("--reward-retries", dest="reward_retries", type=int, default=3, metavar="N",
+                       help=hidden)  # attempts after the first
+    group.add_argument("--reward-backoff", dest="reward_backoff", type=float, default=0.5, metavar="S",
+                       help=hidden)  # the first retry's longest wait, doubled each time, with jitter
+
+
 def run_parser() -> Parser:
     parser = _parser("run", "--input PATH... --output DIR [options]",
                      "Relabel stored rollouts into Parquet training rows with advantages.")
     _add_io(parser, "output directory (local path or any Beam filesystem URL)")
     add_table_output(parser)
     add_labeling(parser)
+    add_rescoring(parser)
     _add_running(parser, "run")
     return parser
 
@@ -242,6 +275,7 @@ def watch_parser() -> Parser:
                      "Relabel rollout files as they land in a folder, until stopped.")
     _add_io(parser, "output directory (local path or any Beam filesystem URL)")
     add_labeling(parser)
+    add_rescoring(parser)
     _add_running(parser, "watch")
     group = parser.group("watching")
     group.add_argument("--poll-interval", type=float, default=5.0, metavar="S",
@@ -269,6 +303,7 @@ def compare_parser() -> Parser:
                        help="labeling B, the reference: a SEMANTICS spec as for --a")
     group.add_argument("--report", metavar="DIR", help="directory for report.json, report.md and the plots")
     add_labeling(parser)
+    add_rescoring(parser)
     parser.set_defaults(output=None)
     _add_running(parser, "compare")
     return parser

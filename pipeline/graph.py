@@ -1,6 +1,8 @@
 """The `relabel run` pipeline: build(p, settings, files) wires the stages; pipeline/run.py runs it."""
 from __future__ import annotations
 
+import hashlib
+
 import apache_beam as beam
 
 from rollout_relabel.transforms.commit_run import CommitRun
@@ -23,6 +25,8 @@ from rollout_relabel.transforms.lib.output.stage_outputs import (
 )
 from rollout_relabel.transforms.read_rollouts import ReadRollouts
 from rollout_relabel.transforms.relabel_file_groups import RelabelFileGroups
+from rollout_relabel.transforms.rescore_rollouts import RescoreRollouts
+from rollout_relabel.transforms.score_with_reward_model import ScoreWithRewardModel
 
 
 def build(p: beam.Pipeline, settings: RunSettings, files: list[InputFile], groups=None):
@@ -39,8 +43,10 @@ def build(p: beam.Pipeline, settings: RunSettings, files: list[InputFile], group
                                                       step=settings.labeling.step_column())
     hints = dict(settings.core_resource_hints)
 
-    one_pass = (p | "ListFileGroups" >> beam.Create([[f.entry() for f in g] for g in groups])
-                | "RelabelFileGroups" >> RelabelFileGroups(settings).with_resource_hints(**hints))
+    one_pass = p | "ListFileGroups" >> beam.Create([[f.entry() for f in g] for g in groups])
+    if settings.rescoring is not None:
+        one_pass = one_pass | "RescoreRollouts" >> _rescore(settings)
+    one_pass = one_pass | "RelabelFileGroups" >> RelabelFileGroups(settings).with_resource_hints(**hints)
     outputs = {tag: [one_pass[tag]] for tag in (STATS, FILES, DEAD, FILTERED, COUNTERS)}
     if shared:
         for tag, collection in _shuffle_path(p, settings, shared).items():
@@ -60,6 +66,22 @@ def build(p: beam.Pipeline, settings: RunSettings, files: list[InputFile], group
     return items | "CommitRun" >> CommitRun(settings, [f.entry() for f in files])
 
 
+def _rescore(settings: RunSettings) -> beam.PTransform:
+    """The rescore stage: RunInference for --reward-model, the verifier's calls otherwise."""
+    if settings.rescoring.model is not None:
+        return ScoreWithRewardModel(settings)
+    return RescoreRollouts(settings)
+
+
+def _digest(digests: list[str]) -> str:
+    return hashlib.sha256("\n".join(sorted(digests)).encode()).hexdigest()[:16]
+
+
+def _with_rewards_of(entry: dict, digest: str) -> dict:
+    """The entry whose batch inputs' identity covers every sibling's rewards (in its part file's lineage)."""
+    return dict(entry, batch_inputs=f"{entry['batch_inputs']}+rewards:{digest}")
+
+
 def _file_read(element):
     """(source, FileRead) -> the FileRead (keyed by source for JoinAndWrite; the manifest needs no key)."""
     return element[1]
@@ -70,8 +92,16 @@ def _shuffle_path(p, settings: RunSettings, shared: list[InputFile]) -> dict:
     # the shuffle path's files are one set of siblings: a change to any of them redoes them all
     entries = [f.entry() for f in shared]
     siblings = batch_inputs(entries)
-    read = (p | "ListSharedBatchFiles" >> beam.Create([dict(r, batch_inputs=siblings) for r in entries])
-            | "ReadRollouts" >> ReadRollouts(settings))
+    listed = p | "ListSharedBatchFiles" >> beam.Create([dict(r, batch_inputs=siblings) for r in entries])
+    if settings.rescoring is not None:
+        rescored = (listed | "OneFileGroups" >> beam.Map(lambda entry: [entry])
+                    | "RescoreSharedBatchFiles" >> _rescore(settings)
+                    | "FileEntries" >> beam.FlatMap(lambda group: group))
+        # siblings share batches: a reward changed in one file changes the others' advantages too
+        every = (rescored | "EachFilesRewards" >> beam.Map(lambda entry: entry.get("rewards", ""))
+                 | "AllRewards" >> beam.combiners.ToList() | "RewardsDigest" >> beam.Map(_digest))
+        listed = rescored | "WithSiblingsRewards" >> beam.Map(_with_rewards_of, beam.pvalue.AsSingleton(every))
+    read = listed | "ReadRollouts" >> ReadRollouts(settings)
     batches = read[SLIM] | "GatherBatches" >> GatherBatches()
     computed = batches | "GroupAdvantages" >> GroupAdvantages(settings).with_resource_hints(
         **dict(settings.core_resource_hints))

@@ -20,6 +20,7 @@ from rollout_relabel.pipeline.local_threads import (
 from rollout_relabel.pipeline.parse import Parsed, parse
 from rollout_relabel.pipeline.runner_checks import RunnerCheck, check_runner
 from rollout_relabel.pipeline.settings_from_flags import run_settings
+from rollout_relabel.transforms.core.reasons import Reason
 from rollout_relabel.transforms.lib.errors import ExitCode, UsageError
 from rollout_relabel.transforms.lib.io import filesystem
 from rollout_relabel.transforms.lib.io.inputs import expand_inputs
@@ -124,7 +125,11 @@ def _relabel(parsed: Parsed, settings: RunSettings, files, runner_check: RunnerC
         same_inputs = [(i["path"], i["size"], i["mtime"]) for i in previous["inputs"]] == [
             (f.path, f.size, f.mtime) for f in files]
         same_options = previous.get("fingerprint") == settings.fingerprint()
-        if same_options and same_inputs and not settings.overwrite and parts_intact(output, previous):
+        # rescoring: reward-failed rows are not final, a plain rerun retries them (and only them)
+        retry_rewards = settings.rescoring is not None and any(
+            k.startswith(Reason.REWARD_FAILED) for k in previous["dead_letters"]["by_reason"])
+        if same_options and same_inputs and not settings.overwrite and parts_intact(output, previous) \
+                and not retry_rewards:
             return RunOutcome(ExitCode.OK, output, previous,
                               ["already complete: the output matches these inputs and options; nothing to do"])
         if not settings.overwrite:

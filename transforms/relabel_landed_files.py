@@ -39,6 +39,7 @@ from rollout_relabel.transforms.lib.output.stage_outputs import (
 )
 from rollout_relabel.transforms.lib.watch import ledger as ledger
 from rollout_relabel.transforms.metrics import counter
+from rollout_relabel.transforms.rescore_rollouts import RescoreFn
 
 LATE_REASON = Reason.LATE_BATCH_FILE
 
@@ -53,6 +54,8 @@ class RelabelLandedFn(CoreDoFn):
         # a stream never stops at the first bad input: it dead-letters and goes on
         super().__init__(settings.device)
         self._settings = dataclasses.replace(settings, fail_fast=False)
+        # --reward-fn / --rm-url: the landed files are rescored first, by the rescore stage's own DoFn
+        self._rescore_fn = RescoreFn(settings) if settings.rescoring is not None else None
         self._output_dir = settings.output
         self._lineage = settings.lineage()
         self._fingerprint = settings.fingerprint()
@@ -64,6 +67,12 @@ class RelabelLandedFn(CoreDoFn):
         super().setup()
         self._entries = ledger.EntryCache()
         self._pacer = ledger.ManifestPacer()
+        if self._rescore_fn is not None:
+            self._rescore_fn.setup()
+
+    def teardown(self):
+        if self._rescore_fn is not None:
+            self._rescore_fn.teardown()
 
     def _relabel(self, files: list[dict]) -> dict:
         """The group relabelled as `relabel run` relabels it; its outputs by tag."""
@@ -92,7 +101,8 @@ class RelabelLandedFn(CoreDoFn):
                 by_tag[DEAD].append(file_dead_letter(f["path"], LATE_REASON, message))
                 by_tag[FILES].append((f["path"], FileRead(f["path"], 0, LATE_REASON)))
         else:
-            by_tag = self._relabel(files)
+            rescored = files if self._rescore_fn is None else next(iter(self._rescore_fn.process(files)))
+            by_tag = self._relabel(rescored)
         dead, filtered = by_source(by_tag[DEAD]), by_source(by_tag[FILTERED])
         for position, f in enumerate(files):
             entry = self._entry(f, files, by_tag, dead.get(f["path"]), filtered.get(f["path"]),

@@ -48,6 +48,8 @@ class Reason(StrEnum):
     # ... and reasons of filtered.parquet rows (not dead letters), the first one first when several apply
     STALE = "stale"                      # the row's unit is older than --max-staleness versions
     METRIC_BAND = "metric-band"          # the group's mean metric lies outside --keep-band
+    # version 3 too: rescoring (--reward-fn, --rm-url, --reward-model)
+    REWARD_FAILED = "reward-failed"  # the verifier kept failing on the row, or answered no reward (unit: its group)
 
 
 OK = 0

@@ -58,20 +58,23 @@ def batch_label(batch_key: str, names: dict[str, str]) -> tuple[int | None, str]
 
 
 def compare_batch(batch_key: str, parts: list[tuple[str, pa.Table]], prompt_group_sizes, a: Side, b: Side,
-                  names: dict[str, str], device: str = "cpu") -> BatchComparison:
+                  names: dict[str, str], device: str = "cpu", parts_a: list | None = None) -> BatchComparison:
     """Label one batch twice (the pipeline's own label_batch) and compare row by row; a stored side A
     (a.stored_column) is read from the slim rows' `stored_advantage` instead of being labelled.
 
     names maps each source path to its name relative to its --input root: labels and the
-    sample do not depend on where the run is stored.
+    sample do not depend on where the run is stored. parts_a: A's own slim rows of the same batch, when A's
+    rewards are not B's (a verifier per side, docs/rescoring.md); the record then counts reward agreement.
     """
     step, label = batch_label(batch_key, names)
     parts = sorted(parts, key=lambda part: part[0])
+    rescored = parts_a is not None
+    parts_a = sorted(parts_a, key=lambda part: part[0]) if rescored else parts
     side_b = label_batch(batch_key, parts, prompt_group_sizes, b.labeling, device)
     adv_b, state_b, group_b = _aligned(side_b, parts)
     slim = concat_slim([t for _, t in parts]) if parts else None
     if a.stored_column is None:
-        side_a = label_batch(batch_key, parts, prompt_group_sizes, a.labeling, device)
+        side_a = label_batch(batch_key, parts_a, prompt_group_sizes, a.labeling, device)
         adv_a, state_a, _ = _aligned(side_a, parts)
         dead_a_by_reason, filtered_a_by_reason = _reasons(side_a.dead), _reasons(side_a.filtered)
         groups_a, uniform_groups_a = side_a.counters.groups, side_a.counters.uniform_groups
@@ -112,7 +115,22 @@ def compare_batch(batch_key: str, parts: list[tuple[str, pa.Table]], prompt_grou
     groups, counts["groups_differing"], counts["group_sizes"] = _groups(
         slim, group_b, differs, wrong_sign, delta, compared, state_a, file_names, file_rows, label)
     points = _sample(compared, file_names, file_rows, adv_a, adv_b)
+    if rescored:
+        counts.update(reward_agreement(parts_a, parts))
     return BatchComparison(counts, sorted(groups, key=group_rank), points)
+
+
+REWARD_COUNTS = ("reward_rows", "reward_changed")
+
+
+def reward_agreement(parts_a, parts_b) -> dict:
+    """Rows with a reward under both verifiers, how many of them changed reward, and by how much."""
+    def column(parts, name):
+        return np.concatenate([np.asarray(t.column(name)) for _, t in parts]) if parts else np.zeros(0)
+    both = (column(parts_a, "problem") == 0) & (column(parts_b, "problem") == 0)
+    delta = np.abs(column(parts_a, "reward") - column(parts_b, "reward"))[both]
+    return {"reward_rows": int(both.sum()), "reward_changed": int((delta > 0).sum()),
+            "reward_sum_abs_delta": float(delta.sum()), "reward_max_abs_delta": float(delta.max(initial=0.0))}
 
 
 def _aligned(side: BatchResult, parts):
@@ -281,6 +299,13 @@ def summarize(batches: list[dict], files: list[dict], groups: list[dict], points
             for reason, count in r[f"filtered_{side}_by_reason"].items():
                 filtered[reason] = filtered.get(reason, 0) + count
         totals[f"filtered_{side}_by_reason"] = dict(sorted(filtered.items()))
+    if batches and "reward_rows" in batches[0]:  # a verifier per side: reward agreement
+        totals.update({name: sum(r[name] for r in batches) for name in REWARD_COUNTS})
+        totals["reward_sum_abs_delta"] = float(sum(r["reward_sum_abs_delta"] for r in batches))
+        totals["reward_max_abs_delta"] = max(r["reward_max_abs_delta"] for r in batches)
+        rows = totals["reward_rows"]
+        totals["reward_changed_fraction"] = totals["reward_changed"] / rows if rows else None
+        totals["reward_mean_abs_delta"] = totals["reward_sum_abs_delta"] / rows if rows else None
     _add_fractions(totals)
     steps = []
     for r in batches:

@@ -102,8 +102,13 @@ def totals_rows(report: dict) -> list[tuple[str, str]]:
         listed = " (" + ", ".join(f"{k}: {v}" for k, v in reasons.items()) + ")" if reasons else ""
         return f"{t[f'dead_{side}']}" + listed
 
+    rewards = [] if "reward_rows" not in t else [  # a verifier per side (docs/rescoring.md)
+        ("rewards changed A -> B", f"{_pct(t['reward_changed'], t['reward_changed_fraction'])} of "
+                                   f"{t['reward_rows']} rows scored under both"),
+        ("mean / max |reward a - b|", f"{_num(t['reward_mean_abs_delta'])} / {_num(t['reward_max_abs_delta'])}")]
     return [
         ("rows", f"{t['rows']} in {t['batches']} batches, {t['files']} files ({t['files_unreadable']} unreadable)"),
+        *rewards,
         ("compared (written under A and B)", str(t["compared"])),
         ("agree within tolerance", _pct(t["agree"], t["agree_fraction"])),
         ("wrong sign", _pct(t["wrong_sign"], t["wrong_sign_fraction"])),

@@ -23,10 +23,13 @@ from rollout_relabel.transforms.lib.output.dead_letters import split_by_source
 from rollout_relabel.transforms.lib.output.output_dir import stop_run
 from rollout_relabel.transforms.lib.output.part_files import FileOutcome
 from rollout_relabel.transforms.lib.output.stage_outputs import FileRead
+from rollout_relabel.transforms.lib.rescoring import rows, store
 from rollout_relabel.transforms.lib.worker import memory
 
 # entry -> (its rows, its metadata); may raise BadFile
 Reader = Callable[[dict], tuple[pa.Table, dict]]
+# (an input's rows as read, its entry) -> the rows as one labelling sees them (a side's own rewards)
+View = Callable[[pa.Table, dict], pa.Table]
 
 
 @dataclass(frozen=True)
@@ -48,6 +51,7 @@ class SlimFile:
     table: pa.Table
     metadata: dict
     parts: list  # (batch key, slim table), as extract_slim gives them
+    second_parts: list | None = None  # the same, of read_slim's second view of the rows (else None)
 
     @property
     def source(self) -> str:
@@ -58,27 +62,51 @@ class SlimFile:
         return self.metadata["prompt_group_sizes"]
 
 
-def read_planned(entry: dict, settings: RunSettings, columns=None) -> tuple[pa.Table, dict]:
-    """An input's rows, as the plan listed it (readers.read_input); a changed input stops the run."""
+def read_planned(entry: dict, settings: RunSettings, columns=None, rescored: bool = True
+                 ) -> tuple[pa.Table, dict]:
+    """An input's rows, as the plan listed it (readers.read_input); a changed input stops the run.
+
+    With rescoring, the rows carry the rewards the rescore stage recorded for them (rescored=False: as stored).
+    """
     try:
-        return read_input(entry, columns, settings.max_file_bytes, use_threads=settings.parallel_decode,
-                          processes=settings.pt_processes)
+        table, metadata = read_input(entry, columns, settings.max_file_bytes, use_threads=settings.parallel_decode,
+                                     processes=settings.pt_processes)
     except InputChanged as changed:
         raise stop_run(settings.output, changed) from None
+    if settings.rescoring is not None and rescored:
+        table = with_new_rewards(table, entry, settings)
+    return table, metadata
 
 
-def read_slim(entries: Iterable[dict], read: Reader, labeling, stored_advantage: str | None = None
-              ) -> Iterator[SlimFile | Unreadable]:
+def with_new_rewards(table: pa.Table, entry: dict, settings: RunSettings) -> pa.Table:
+    """The rewards the rescore stage recorded for this input, in place of the stored ones."""
+    answers = store.read_rows(settings.output, entry["output"])
+    if answers is None or answers.num_rows != table.num_rows:
+        raise RuntimeError(f"{entry['path']}: the rescore stage recorded no rewards for its {table.num_rows} rows")
+    return rows.apply(table, answers.column("value").to_pylist(), answers.column("error").to_pylist(),
+                      rows.reward_column(settings.labeling))
+
+
+def read_slim(entries: Iterable[dict], read: Reader, labeling, stored_advantage: str | None = None,
+              view: View | None = None, second_view: View | None = None) -> Iterator[SlimFile | Unreadable]:
     """Each input read (read(entry)) and split into slim per-batch rows, in the order given (extract_slim's
-    labeling and stored_advantage)."""
+    labeling and stored_advantage).
+
+    view: the rows as slimmed into `parts` (default: as read); second_view: a second slimming of the same
+    rows, into `second_parts` (compare's side A under its own verifier, docs/rescoring.md). A BadFile from
+    either makes the input Unreadable.
+    """
     for entry in entries:
         try:
             table, metadata = read(entry)
-            parts = extract_slim(table, entry["path"], labeling, stored_advantage)
+            second = (None if second_view is None
+                      else extract_slim(second_view(table, entry), entry["path"], labeling, stored_advantage))
+            parts = extract_slim(table if view is None else view(table, entry), entry["path"], labeling,
+                                 stored_advantage)
         except BadFile as bad:
             yield Unreadable(entry, bad.reason, bad.message)
             continue
-        yield SlimFile(entry, table, metadata, parts)
+        yield SlimFile(entry, table, metadata, parts, second)
 
 
 class Buckets:

@@ -173,6 +173,8 @@ class RunSettings:
     # local `.pt` dumps are unpickled on a pool of this many processes (0: in the worker thread): the
     # unpickler holds the GIL, so the local runner's threads alone would read them one at a time
     pt_processes: int = 0
+    # --reward-fn / --rm-url: each row's reward recomputed first (transforms/lib/rescoring/verifier.py)
+    rescoring: object | None = None
 
     def __post_init__(self):
         if self.max_dead_fraction is not None and not 0 <= self.max_dead_fraction <= 1:
@@ -186,7 +188,10 @@ class RunSettings:
 
     def semantics_record(self) -> dict:
         """What made every training row: goes into Parquet metadata and the manifest."""
-        return dict(self.labeling.record(), project=PROJECT, project_version=self.version)
+        record = dict(self.labeling.record(), project=PROJECT, project_version=self.version)
+        if self.rescoring is not None:  # absent otherwise: runs without it keep their fingerprint
+            record["rescoring"] = self.rescoring.record()
+        return record
 
     def fingerprint(self) -> str:
         """Identifies the options that change output bytes (not device, not runner)."""
@@ -207,6 +212,9 @@ class Side:
     # `--a column:NAME`: this side's advantages are the ones stored in the input at NAME (a column or a
     # dotted path, as --column SOURCE), not computed; `labeling` then only carries the run-wide options
     stored_column: str | None = None
+    # `reward_fn=SPEC` in the spec (or the run-wide --reward-fn / --rm-url): this side's rewards are
+    # recomputed by that verifier first (transforms/lib/rescoring/verifier.py)
+    rescoring: object | None = None
 
     # the reward key is the run's, not a side's: it is not part of a side's record
     NOT_PER_SIDE = ("reward_key",)
@@ -218,6 +226,8 @@ class Side:
         if self.stored_column is not None:
             return {"stored_column": self.stored_column, "spec": self.spec}
         record = {k: v for k, v in self.labeling.record().items() if k not in self.NOT_PER_SIDE}
+        if self.rescoring is not None:
+            record["rescoring"] = self.rescoring.record()
         return dict(record, spec=self.spec)
 
 

@@ -34,6 +34,9 @@ from rollout_relabel.transforms.lib.labeling.columns import (
 )
 from rollout_relabel.transforms.lib.labeling.settings import Labeling
 
+# rescoring's hidden column (transforms/lib/rescoring/rows.py): why a row has no new reward
+REWARD_FAILED = "_reward_failed"
+
 
 def mask_value_text(count: int, values: list) -> str:
     first = next(v for v in values if v is not None and v not in (0, 1))
@@ -130,6 +133,12 @@ def _usable_rows(table: pa.Table, source: str, fields: Labeling, problem, detail
         where[list(malformed)] = True
         flag(problem, details, where, Reason.MALFORMED_LINE, lambda i: malformed[i])
         table = _around_malformed(table, where, source)
+    if REWARD_FAILED in table.column_names:  # before the reward's own checks: the call's error explains it
+        failed = table.column(REWARD_FAILED).combine_chunks()
+        if failed.null_count < n:
+            texts = failed.to_pylist()
+            flag(problem, details, np.asarray(failed.is_valid()), Reason.REWARD_FAILED, lambda i: texts[i])
+        table = table.drop_columns([REWARD_FAILED])
     return usable_columns(table, source, problem, details), legacy_verl
 
 

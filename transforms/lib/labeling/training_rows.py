@@ -7,7 +7,7 @@ import pyarrow.compute as pc
 
 from rollout_relabel.transforms.lib.export import dump_layout
 from rollout_relabel.transforms.lib.labeling.columns import bool_column, int_column, usable_columns
-from rollout_relabel.transforms.lib.labeling.slim import mapped_columns
+from rollout_relabel.transforms.lib.labeling.slim import REWARD_FAILED, mapped_columns
 
 
 def training_rows(table: pa.Table, result: pa.Table, columns=None) -> pa.Table:
@@ -15,6 +15,8 @@ def training_rows(table: pa.Table, result: pa.Table, columns=None) -> pa.Table:
 
     Rows read from a .pt dump keep the dump's layout (dump_layout.py), noting which rows remain.
     """
+    if REWARD_FAILED in table.column_names:  # rescoring's hidden column: only rows with a reward get here
+        table = table.drop_columns([REWARD_FAILED])
     rows = np.asarray(result.column("row"))
     if np.any(rows[1:] < rows[:-1]):  # a batch over several files lists them in batch order
         result = result.sort_by("row")

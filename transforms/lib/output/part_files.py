@@ -41,13 +41,17 @@ def batch_inputs(records: list[dict]) -> str:
     A part file's advantages depend on every file of its batches, so its lineage carries this: a sibling
     added, removed or changed makes the part file incomplete, and it is written again.
     """
-    identity = sorted((r["path"], r["size"], r["mtime"]) for r in records)
+    identity = sorted((r["path"], r["size"], r["mtime"]) + ((r["rewards"],) if "rewards" in r else ())
+                      for r in records)  # rescored rows: their rewards are part of what the batch read
     return hashlib.sha256(json.dumps(identity).encode()).hexdigest()[:16]
 
 
 def file_lineage(lineage: dict, record: dict, batch_inputs: str) -> dict:
-    return dict(lineage, source=record["path"], input_size=record["size"], input_mtime=record["mtime"],
-                batch_inputs=batch_inputs)
+    lineage = dict(lineage, source=record["path"], input_size=record["size"], input_mtime=record["mtime"],
+                   batch_inputs=batch_inputs)
+    if "rewards" in record:  # rescored: the digest of the file's new rewards (a retried row changes it)
+        lineage["rewards"] = record["rewards"]
+    return lineage
 
 
 def finish_file(record: dict, full_table: Callable[[], pa.Table], result: pa.Table, dead: pa.Table,

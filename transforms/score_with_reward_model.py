@@ -1,0 +1,154 @@
+"""ScoreWithRewardModel: --reward-model DIR, the rescore stage for a reward model, through Beam's RunInference.
+
+groups of input records -> rows whose reward the output lacks, as token tensors keyed by (group, file, row,
+key) -> RunInference (batched torch: --device cuda on GPU workers, else CPU) -> the scores meet their group
+again -> each file's answers kept under `_rewards/` as for --reward-fn -> the groups, with their rewards'
+digests, for RelabelFileGroups. Beam's PytorchModelHandlerKeyedTensor builds the transformers class from
+its config and loads a torch state dict; the inference function pads each batch itself (rows differ in
+length). Beam's huggingface_inference module is not used: it imports tensorflow.
+"""
+from __future__ import annotations
+
+import math
+import os
+
+import apache_beam as beam
+from apache_beam.ml.inference.base import KeyedModelHandler, PredictionResult, RunInference
+
+from rollout_relabel.transforms.lib.errors import BadFile
+from rollout_relabel.transforms.lib.labeling.file_group import read_planned
+from rollout_relabel.transforms.lib.labeling.settings import RunSettings
+from rollout_relabel.transforms.lib.rescoring import rows as rows_lib
+from rollout_relabel.transforms.lib.rescoring import store
+from rollout_relabel.transforms.lib.rescoring.calls import Answer
+from rollout_relabel.transforms.lib.rescoring.reward_model import (
+    checkpoint,
+    model_class_and_config,
+    scores,
+    state_dict_file,
+)
+from rollout_relabel.transforms.metrics import counter
+
+
+def group_id(group: list[dict]) -> str:
+    return "\0".join(r["output"] for r in group)
+
+
+def _read(record: dict, settings: RunSettings):
+    """The input's rows as stored, or None when unreadable (RelabelFileGroups dead-letters it)."""
+    try:
+        return read_planned(record, settings, rescored=False)[0]
+    except BadFile:
+        return None
+
+
+class RowsToScoreFn(beam.DoFn):
+    """A group -> ((group id, part name, row, key), {"input_ids": tensor}) for each row without a reward."""
+
+    def __init__(self, settings: RunSettings):
+        self._settings = settings
+
+    def process(self, group):
+        import torch
+
+        settings = self._settings
+        for record in group:
+            table = _read(record, settings)
+            if table is None:
+                continue
+            plan = rows_lib.plan(table, settings.rescoring, settings.labeling)
+            known = store.known(settings.output, record["output"])
+            for (tokens, (row,)) in plan.calls:
+                if tokens and plan.keys[row] not in known:
+                    yield ((group_id(group), record["output"], row, plan.keys[row]),
+                           {"input_ids": torch.as_tensor(tokens, dtype=torch.long)})
+
+
+class FinishScoresFn(beam.DoFn):
+    """(group id, {group, scores}) -> the group, each record with its rewards' digest (answers kept)."""
+
+    def __init__(self, settings: RunSettings):
+        self._settings = settings
+
+    def process(self, element):
+        _, joined = element
+        [group] = joined["group"]
+        new: dict[str, dict[int, tuple[str, float]]] = {}
+        for output, row, key, score in joined["scores"]:
+            new.setdefault(output, {})[row] = (key, score)
+        yield [self._finish(record, new.get(record["output"], {})) for record in group]
+
+    def _finish(self, record: dict, new: dict) -> dict:
+        settings = self._settings
+        table = _read(record, settings)
+        if table is None:
+            return record
+        plan = rows_lib.plan(table, settings.rescoring, settings.labeling)
+        known = store.known(settings.output, record["output"])
+        writer = store.KnownWriter(settings.output, record["output"])
+        values, errors = [], []
+        for (tokens, (row,)) in plan.calls:
+            key = plan.keys[row]
+            error = None
+            if not tokens:
+                error = Answer(error_type="NoTokens", error="the row has no `tokens` for the reward model",
+                               attempts=0)
+            elif row in new and not math.isfinite(new[row][1]):
+                error = Answer(error_type="BadReward", error=f"the model gave {new[row][1]!r}, not a finite number")
+            elif row in new:
+                known[key] = repr(float(new[row][1]))
+                writer.add(key, known[key])
+            values.append(None if error is not None else known.get(key))
+            errors.append(None if error is None else rows_lib.answer_text(error))
+        writer.flush()
+        counter("reward_calls").inc(len(new))
+        counter("rewards_failed").inc(sum(e is not None for e in errors))
+        digest = store.write_rows(settings.output, record["output"], plan.keys, values, errors)
+        return dict(record, rewards=digest)
+
+
+def infer(batch, model, device, inference_args=None, model_id=None):
+    """Beam's keyed-tensor inference function, padding the batch's rows to its longest."""
+    tokens = [example["input_ids"].tolist() for example in batch]
+    logits = scores(model, tokens, model.config.pad_token_id, device)
+    return [PredictionResult(example, float(value), model_id) for example, value in zip(batch, logits)]
+
+
+def model_handler(settings: RunSettings):
+    import torch
+    from apache_beam.ml.inference.pytorch_inference import PytorchModelHandlerKeyedTensor
+
+    rescoring = settings.rescoring
+    model_class, config = model_class_and_config(rescoring.model)
+    scratch = os.path.join(settings.output, store.FOLDER, "_model")
+    wanted = settings.device if settings.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
+    # a dry run writes nothing: its plan names the checkpoint's own weights file
+    weights = checkpoint(rescoring.model)[1] if settings.dry_run else state_dict_file(rescoring.model, scratch)
+    return PytorchModelHandlerKeyedTensor(
+        state_dict_path=weights, model_class=model_class,
+        model_params={"config": config}, device="GPU" if wanted == "cuda" else "CPU", inference_fn=infer,
+        min_batch_size=1, max_batch_size=rescoring.batch_size)
+
+
+def _scored(element):
+    (gid, output, row, key), result = element
+    return gid, (output, row, key, result.inference)
+
+
+class ScoreWithRewardModel(beam.PTransform):
+    """PCollection[list of input records] -> the same groups, rescored by the reward model."""
+
+    def __init__(self, settings: RunSettings):
+        super().__init__()
+        self._settings = settings
+
+    def expand(self, groups):
+        settings = self._settings
+        keyed = groups | "KeyGroups" >> beam.Map(lambda group: (group_id(group), group))
+        scored = (groups
+                  | "RowsToScore" >> beam.ParDo(RowsToScoreFn(settings))
+                  | "RunInference" >> RunInference(KeyedModelHandler(model_handler(settings)))
+                  | "KeyScores" >> beam.Map(_scored))
+        return ({"group": keyed, "scores": scored}
+                | "MeetGroups" >> beam.CoGroupByKey()
+                | "KeepScores" >> beam.ParDo(FinishScoresFn(settings)))
