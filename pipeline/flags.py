@@ -117,8 +117,7 @@ def add_labeling(parser: argparse.ArgumentParser) -> None:
                        help="remax: each unit's baseline, a column or a dotted path into a struct/map column "
                             "(e.g. metadata.remax_baseline_reward)")
     group.add_argument("--singleton-groups", choices=SINGLETON_RULES, default=default("singleton_groups"),
-                       help=f"a one-unit group's advantage: zero, or raw (mean 0, std 1, as verl); default "
-                            f"{default('singleton_groups')}; not with legacy-reshape")
+                       help=f"one-unit groups: zero or raw (as verl; default {default('singleton_groups')})")
     group.add_argument("--mainstream", choices=MAINSTREAM_POLICIES,
                        help="which row of a rollout supplies its reward (rollout semantics only)")
     group.add_argument("--drop-uniform-groups", action="store_true",
@@ -179,7 +178,7 @@ def _add_io(parser: argparse.ArgumentParser, output_help: str) -> None:
 def _add_running(parser: argparse.ArgumentParser, command: str) -> None:
     group = parser.group("running")
     group.add_argument("--device", choices=DEVICES, default="auto",
-                       help="where the numeric core runs: cpu (numpy), cuda (torch); auto: cuda where present")
+                       help="the core on cpu (numpy) or cuda (torch); auto: cuda where present")
     group.add_argument("--progress", action=argparse.BooleanOptionalAction,
                        help="files done and rows so far on stderr (default: when stderr is a terminal)")
     if command == "compare":
@@ -189,7 +188,7 @@ def _add_running(parser: argparse.ArgumentParser, command: str) -> None:
                             "accelerator=type:nvidia-l4;count:1;install-nvidia-driver (repeatable)")
     group.add_argument("--overwrite", action="store_true", help="replace an output made with other options")
     group.add_argument("--max-file-bytes", type=int, default=DEFAULT_MAX_FILE_BYTES, metavar="N",
-                       help="refuse (dead-letter) an input larger than N bytes before reading it (default 64 GiB)")
+                       help="dead-letter an input larger than N bytes, unread (default 64 GiB)")
     if command == "run":
         group.add_argument("--fail-fast", action="store_true",
                            help="stop at the first bad input and leave no output files")
@@ -204,12 +203,12 @@ def add_rescoring(parser: argparse.ArgumentParser) -> None:
     options of the calls are left out of --help (a screen): docs/rescoring.md lists them."""
     group = parser.group("rescoring (docs/rescoring.md)")
     group.add_argument("--reward-fn", dest="reward_fn", metavar="SPEC",
-                       help="recompute every reward with your function, file.py:name or module:name (trusted code)")
+                       help="rescore with your function: file.py:name or module:name (trusted code)")
     group.add_argument("--rm-url", dest="rm_url", metavar="URL",
                        help="... with a judge over slime's remote protocol (POST prompt, response, label)")
     if parser.prog != "relabel watch":
         group.add_argument("--reward-model", dest="reward_model", metavar="DIR",
-                           help="... with a Hugging Face sequence-classification checkpoint on the stored tokens")
+                           help="... with a Hugging Face classifier checkpoint, on the stored tokens")
     hidden = argparse.SUPPRESS
     group.add_argument("--reward-fn-style", dest="reward_fn_style", choices=("slime", "slime-batched", "verl", "row"),
                        help=hidden)  # its calling convention (default: from its parameter names)
@@ -253,8 +252,7 @@ def add_table_output(parser: Parser, run_name: bool = True) -> None:
         group.add_argument("--run-name", dest="run_name", metavar="NAME",
                            help="delta: the run partition the rows go to (default: the input folder's name)")
     group.add_argument("--storage-option", dest="storage_options", action="append", metavar="KEY=VALUE",
-                       help="delta: a deltalake storage option for the table's store, e.g. "
-                            "AWS_ENDPOINT_URL=http://host:9000 (repeatable)")
+                       help="delta: a deltalake storage option, e.g. AWS_ENDPOINT_URL=URL (repeatable)")
 
 
 def backfill_parser() -> Parser:
