@@ -83,7 +83,8 @@ def rewrite_rewards(path, change):
 
 def test_a_second_run_on_a_held_output_is_refused_naming_the_holder(step_run, tmp_path):
     output = tmp_path / "out"
-    first = start_slow_run(step_run, output, f"part-{STEP_FILES[0][:-8]}.parquet", 4,
+    # the pause outlasts the two refused runs' start-ups (each a fresh process importing Beam)
+    first = start_slow_run(step_run, output, f"part-{STEP_FILES[0][:-8]}.parquet", 20,
                            until=(output / "_lease.json").exists, what="took the lease")
     for options in ([], ["--estimator", "rloo"]):  # the same command, and one with other options
         second = relabel("run", "--input", step_run, "--output", output, *options)

@@ -33,7 +33,7 @@ def test_two_files_are_relabelled_written_and_dead_lettered(test_pipeline, tmp_p
             ("a.parquet", 4, None, True), ("b.parquet", 4, None, True)]), label="FileRecords")
         assert_that(out[DEAD] | "DeadRows" >> beam.FlatMap(dead_rows), equal_to([
             ("b.parquet", 0, "non-finite-reward", '{"group_index": 0, "rollout_id": 1, "reward": 1.0}'),
-            ("b.parquet", 1, "non-finite-reward", '{"group_index": 0, "rollout_id": 2, "reward": NaN}'),
+            ("b.parquet", 1, "non-finite-reward", '{"group_index": 0, "rollout_id": 2, "reward": "NaN"}'),  # strict
         ]), label="DeadLetters")
         assert_that(out[FILTERED], equal_to([]), label="NothingFiltered")
         # batch key, rows, dead, filtered, groups, rollouts, uniform groups, groups by live-row count
@@ -96,7 +96,7 @@ def test_a_complete_output_is_not_rewritten(test_pipeline, tmp_path):
         assert_that(out.stats | beam.Map(file_written), equal_to([("b.parquet", "part-b.parquet", 4, 2, True)]))
         assert_that(out[DEAD] | "DeadRows" >> beam.FlatMap(dead_rows), equal_to([
             ("b.parquet", 0, "non-finite-reward", '{"group_index": 0, "rollout_id": 1, "reward": 1.0}'),
-            ("b.parquet", 1, "non-finite-reward", '{"group_index": 0, "rollout_id": 2, "reward": NaN}'),
+            ("b.parquet", 1, "non-finite-reward", '{"group_index": 0, "rollout_id": 2, "reward": "NaN"}'),  # strict
         ]), label="DeadLetters")
     again = os.stat(tmp_path / "out" / "part-b.parquet")
     assert (again.st_ino, again.st_mtime_ns) == (first.st_ino, first.st_mtime_ns)
