@@ -27,6 +27,12 @@ def bucket(payload: dict) -> int:
     return int(hashlib.sha256(("mode" + payload_text(payload)).encode()).hexdigest(), 16) % 40
 
 
+class _Server(ThreadingHTTPServer):
+    # the client opens up to --reward-concurrency connections at once: socketserver's backlog of 5 would
+    # drop the others' SYNs on a loaded machine, and a call's last error would be the connection's
+    request_queue_size = 256
+
+
 class Judge:
     """ThreadingHTTPServer in a thread. mode(payload, attempt) -> None (answer) or (status, headers)."""
 
@@ -67,7 +73,7 @@ class Judge:
             def log_message(self, *args):
                 pass
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server = _Server(("127.0.0.1", 0), Handler)
         self._server.daemon_threads = True
         self.url = f"http://127.0.0.1:{self._server.server_address[1]}/judge"
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)

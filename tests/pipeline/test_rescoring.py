@@ -178,7 +178,7 @@ def test_remote_judge_retries_dead_letters_failures_and_a_rerun_sends_only_them(
         for s in failing:
             message = failed[(s["_file"], s["_row"])]["message"]
             assert ("RetryLater: HTTP 500" in message and "(4 attempts)" in message) if bucket(payload(s)) == 2 \
-                else ("Refused: HTTP 400" in message and "(1 attempt)" in message)
+                else ("Refused: HTTP 400" in message and "(1 attempt)" in message), message
         bad_groups = {(s["_file"], s["group_index"]) for s in failing}
         assert {(os.path.basename(d["source"]), d["row"]) for d in letters} == {
             (s["_file"], s["_row"]) for s in samples if (s["_file"], s["group_index"]) in bad_groups}
