@@ -367,6 +367,21 @@ def test_all_empty_masks_the_hook_and_relabel_run_agree(monkeypatch, tmp_path, m
             samples)
 
 
+def test_mask_values_other_than_0_and_1_the_hook_and_relabel_run_agree(monkeypatch, tmp_path):
+    hook_env(monkeypatch, "rollout-mainstream")
+    samples = random_samples(53)
+    samples[3].loss_mask, samples[3].response_length = [1, 2, 0, -1], 4
+    (tmp_path / "in").mkdir()
+    torch.save({"rollout_id": 0, "samples": [s.to_dict() for s in samples]}, tmp_path / "in" / "0.pt")
+    run_cli("run", "--input", tmp_path / "in", "--output", tmp_path / "out", check_codes=(3,))
+    dead = pq.read_table(tmp_path / "out" / "dead_letters.parquet").to_pylist()
+    with pytest.raises(BadRollouts) as raised:
+        slime.post_process_rewards(Args(), samples)
+    own = [d for d in dead if d["row"] == 3]
+    assert own[0]["reason"] == "mask-value" and "2 value(s) other than 0 and 1 (first: 2)" in own[0]["message"]
+    assert [(r[0], r[1]) for r in raised.value.rows] == [(d["row"], d["reason"]) for d in dead]
+
+
 def keyed_samples(seed):
     samples = random_samples(seed, prompts=4, rollouts=4)
     rng = np.random.default_rng(seed)

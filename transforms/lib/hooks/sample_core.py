@@ -56,6 +56,11 @@ def null_mask_text(nulls, mask_len) -> str:
     return f"loss_mask holds {nulls} null value(s) among its {mask_len}"
 
 
+def mask_value_text(count: int, values: list) -> str:
+    first = next(v for v in values if v is not None and v not in (0, 1))
+    return f"loss_mask holds {count} value(s) other than 0 and 1 (first: {first}); each token trains (1) or not (0)"
+
+
 def reward_type_text(kind, reward_key) -> str:
     """non-numeric-reward / missing-reward-key for the whole reward column."""
     if reward_key is None:
@@ -140,6 +145,8 @@ class _Fields:
     mask_len: np.ndarray
     mask_sum: np.ndarray
     nulls: np.ndarray
+    odd: np.ndarray  # per mask, how many values are neither 0 nor 1 (nor null)
+    masks: list
 
 
 def _typed_fields(samples, flag: _Problems) -> _Fields:
@@ -178,7 +185,19 @@ def _typed_fields(samples, flag: _Problems) -> _Fields:
                  lambda i, name=name, kind=kind: ill_typed_text(name, kind, "integers"))
             kind = "null"
         ints[name] = _int_array(values, kinds, absent=kind == "null")
-    return _Fields(ints, remove, has_mask, mask_len, mask_sum, nulls)
+    odd = _odd_mask_values(masks) if has_mask.any() else np.zeros(n, dtype=np.int64)
+    return _Fields(ints, remove, has_mask, mask_len, mask_sum, nulls, odd, masks)
+
+
+def _odd_mask_values(masks) -> np.ndarray:
+    """Per mask, how many of its values are neither 0 nor 1 (nulls aside): one set() per mask, the values
+    themselves walked only for a mask that holds another value."""
+    allowed = {0, 1, None}
+    odd = np.zeros(len(masks), dtype=np.int64)
+    for i, mask in enumerate(masks):
+        if type(mask) is list and not set(mask) <= allowed:
+            odd[i] = sum(1 for v in mask if v is not None and v not in (0, 1))
+    return odd
 
 
 def _trainable_tokens(fields: _Fields, flag: _Problems) -> np.ndarray:
@@ -194,6 +213,8 @@ def _trainable_tokens(fields: _Fields, flag: _Problems) -> np.ndarray:
          lambda i: mask_length_text(mask_len[i], length[i]))
     flag(np.flatnonzero(has_mask & (nulls > 0)), Reason.NULL_MASK_VALUE,
          lambda i: null_mask_text(nulls[i], mask_len[i]))
+    flag(np.flatnonzero(has_mask & (fields.odd > 0)), Reason.MASK_VALUE,  # as slim.py: a token trains or not
+         lambda i: mask_value_text(int(fields.odd[i]), fields.masks[i]))
     return np.where(fields.remove, 0, np.where(has_mask, fields.mask_sum, np.maximum(length, 0))).astype(np.int64)
 
 

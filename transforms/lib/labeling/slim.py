@@ -16,6 +16,7 @@ from rollout_relabel.transforms.lib.hooks.sample_core import (
     FLOAT32_MAX,
     MAX_RESPONSE_TOKENS,
     mask_length_text,
+    mask_value_text,
     negative_length_text,
     null_mask_text,
     reward_type_text,
@@ -36,11 +37,6 @@ from rollout_relabel.transforms.lib.labeling.settings import Labeling
 
 # rescoring's hidden column (transforms/lib/rescoring/rows.py): why a row has no new reward
 REWARD_FAILED = "_reward_failed"
-
-
-def mask_value_text(count: int, values: list) -> str:
-    first = next(v for v in values if v is not None and v not in (0, 1))
-    return f"loss_mask holds {count} value(s) other than 0 and 1 (first: {first}); each token trains (1) or not (0)"
 
 
 def batch_key_of(source: str, step) -> str:
