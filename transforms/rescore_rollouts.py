@@ -4,7 +4,7 @@ read -> (rescore) -> slim -> group -> core -> join -> write. This stage reads
 each input file, calls the verifier for the rows whose reward the output does
 not hold yet (many calls in flight, or worker processes for a CPU-bound
 function), keeps every answer under the output's `_rewards/` folder, and
-passes the file record on with the digest of its rows' rewards. The stages
+passes the input's entry on with the digest of its rows' rewards. The stages
 after it read the new rewards in place of the stored ones (file_group.read_planned):
 the core never learns where a reward came from.
 """
@@ -22,7 +22,7 @@ from rollout_relabel.transforms.metrics import counter
 
 
 class RescoreFn(beam.DoFn):
-    """A group of input records (or one record) -> the same, each with `rewards`: its rows' reward digest."""
+    """A group of input entries (or one entry) -> the same, each with `rewards`: its rows' reward digest."""
 
     def __init__(self, settings: RunSettings):
         self._settings = settings
@@ -39,28 +39,28 @@ class RescoreFn(beam.DoFn):
         if isinstance(element, dict):
             yield self._rescored(element)
         else:
-            yield [self._rescored(record) for record in element]
+            yield [self._rescored(entry) for entry in element]
 
-    def _rescored(self, record: dict) -> dict:
+    def _rescored(self, entry: dict) -> dict:
         settings = self._settings
         try:
-            table, _ = read_planned(record, settings, rescored=False)
+            table, _ = read_planned(entry, settings, rescored=False)
         except BadFile:  # the next stage reads it again and dead-letters the whole file, as without rescoring
-            return record
-        done = rescore_file(table, record["output"], settings.output, settings.rescoring, settings.labeling,
+            return entry
+        done = rescore_file(table, entry["output"], settings.output, settings.rescoring, settings.labeling,
                             self._caller)
         counter("reward_calls").inc(done.calls)
         counter("rewards_reused").inc(done.reused)
         counter("rewards_failed").inc(done.failed)
-        return dict(record, rewards=done.digest)
+        return dict(entry, rewards=done.digest)
 
 
 class RescoreRollouts(beam.PTransform):
-    """PCollection[list of input records | input record] -> the same, rescored."""
+    """PCollection[list of input entries | input entry] -> the same, rescored."""
 
     def __init__(self, settings: RunSettings):
         super().__init__()
         self._fn = RescoreFn(settings)
 
-    def expand(self, records):
-        return records | "RescoreEachInput" >> beam.ParDo(self._fn)
+    def expand(self, entries):
+        return entries | "RescoreEachInput" >> beam.ParDo(self._fn)

@@ -1,6 +1,6 @@
 """ScoreWithRewardModel: --reward-model DIR, the rescore stage for a reward model, through Beam's RunInference.
 
-groups of input records -> rows whose reward the output lacks, as token tensors keyed by (group, file, row,
+groups of input entries -> rows whose reward the output lacks, as token tensors keyed by (group, file, row,
 key) -> RunInference (batched torch: --device cuda on GPU workers, else CPU) -> the scores meet their group
 again -> each file's answers kept under `_rewards/` as for --reward-fn -> the groups, with their rewards'
 digests, for RelabelFileGroups. Beam's PytorchModelHandlerKeyedTensor builds the transformers class from
@@ -34,10 +34,10 @@ def group_id(group: list[dict]) -> str:
     return "\0".join(r["output"] for r in group)
 
 
-def _read(record: dict, settings: RunSettings):
+def _read(entry: dict, settings: RunSettings):
     """The input's rows as stored, or None when unreadable (RelabelFileGroups dead-letters it)."""
     try:
-        return read_planned(record, settings, rescored=False)[0]
+        return read_planned(entry, settings, rescored=False)[0]
     except BadFile:
         return None
 
@@ -52,20 +52,20 @@ class RowsToScoreFn(beam.DoFn):
         import torch
 
         settings = self._settings
-        for record in group:
-            table = _read(record, settings)
+        for entry in group:
+            table = _read(entry, settings)
             if table is None:
                 continue
             plan = rows_lib.plan(table, settings.rescoring, settings.labeling)
-            known = store.known(settings.output, record["output"])
+            known = store.known(settings.output, entry["output"])
             for (tokens, (row,)) in plan.calls:
                 if tokens and plan.keys[row] not in known:
-                    yield ((group_id(group), record["output"], row, plan.keys[row]),
+                    yield ((group_id(group), entry["output"], row, plan.keys[row]),
                            {"input_ids": torch.as_tensor(tokens, dtype=torch.long)})
 
 
 class FinishScoresFn(beam.DoFn):
-    """(group id, {group, scores}) -> the group, each record with its rewards' digest (answers kept)."""
+    """(group id, {group, scores}) -> the group, each entry with its rewards' digest (answers kept)."""
 
     def __init__(self, settings: RunSettings):
         self._settings = settings
@@ -76,16 +76,16 @@ class FinishScoresFn(beam.DoFn):
         new: dict[str, dict[int, tuple[str, float]]] = {}
         for output, row, key, score in joined["scores"]:
             new.setdefault(output, {})[row] = (key, score)
-        yield [self._finish(record, new.get(record["output"], {})) for record in group]
+        yield [self._finish(entry, new.get(entry["output"], {})) for entry in group]
 
-    def _finish(self, record: dict, new: dict) -> dict:
+    def _finish(self, entry: dict, new: dict) -> dict:
         settings = self._settings
-        table = _read(record, settings)
+        table = _read(entry, settings)
         if table is None:
-            return record
+            return entry
         plan = rows_lib.plan(table, settings.rescoring, settings.labeling)
-        known = store.known(settings.output, record["output"])
-        writer = store.KnownWriter(settings.output, record["output"])
+        known = store.known(settings.output, entry["output"])
+        writer = store.KnownWriter(settings.output, entry["output"])
         values, errors = [], []
         for (tokens, (row,)) in plan.calls:
             key = plan.keys[row]
@@ -103,8 +103,8 @@ class FinishScoresFn(beam.DoFn):
         writer.flush()
         counter("reward_calls").inc(len(new))
         counter("rewards_failed").inc(sum(e is not None for e in errors))
-        digest = store.write_rows(settings.output, record["output"], plan.keys, values, errors)
-        return dict(record, rewards=digest)
+        digest = store.write_rows(settings.output, entry["output"], plan.keys, values, errors)
+        return dict(entry, rewards=digest)
 
 
 def infer(batch, model, device, inference_args=None, model_id=None):
@@ -136,7 +136,7 @@ def _scored(element):
 
 
 class ScoreWithRewardModel(beam.PTransform):
-    """PCollection[list of input records] -> the same groups, rescored by the reward model."""
+    """PCollection[list of input entries] -> the same groups, rescored by the reward model."""
 
     def __init__(self, settings: RunSettings):
         super().__init__()
