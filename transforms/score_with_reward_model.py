@@ -5,7 +5,9 @@ key) -> RunInference (batched torch: --device cuda on GPU workers, else CPU) -> 
 again -> each file's answers kept under `_rewards/` as for --reward-fn -> the groups, with their rewards'
 digests, for RelabelFileGroups. Beam's PytorchModelHandlerKeyedTensor builds the transformers class from
 its config and loads a torch state dict; the inference function pads each batch itself (rows differ in
-length). Beam's huggingface_inference module is not used: it imports tensorflow.
+length). Beam's huggingface_inference module is not used: it imports tensorflow. Beam's inference module
+(apache_beam.ml.inference.base) is imported only when the stage is built: it imports torch, which every
+other run would otherwise pay for at start-up and in memory.
 """
 from __future__ import annotations
 
@@ -13,7 +15,6 @@ import math
 import os
 
 import apache_beam as beam
-from apache_beam.ml.inference.base import KeyedModelHandler, PredictionResult, RunInference
 
 from rollout_relabel.transforms.lib.errors import BadFile
 from rollout_relabel.transforms.lib.labeling.file_group import read_planned
@@ -109,6 +110,8 @@ class FinishScoresFn(beam.DoFn):
 
 def infer(batch, model, device, inference_args=None, model_id=None):
     """Beam's keyed-tensor inference function, padding the batch's rows to its longest."""
+    from apache_beam.ml.inference.base import PredictionResult
+
     tokens = [example["input_ids"].tolist() for example in batch]
     logits = scores(model, tokens, model.config.pad_token_id, device)
     return [PredictionResult(example, float(value), model_id) for example, value in zip(batch, logits)]
@@ -143,6 +146,8 @@ class ScoreWithRewardModel(beam.PTransform):
         self._settings = settings
 
     def expand(self, groups):
+        from apache_beam.ml.inference.base import KeyedModelHandler, RunInference
+
         settings = self._settings
         keyed = groups | "KeyGroups" >> beam.Map(lambda group: (group_id(group), group))
         scored = (groups

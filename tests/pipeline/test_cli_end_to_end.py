@@ -212,3 +212,19 @@ def test_partial_output_of_other_options_is_refused(inputs, tmp_path):
     (out / "_manifest.json").unlink()  # as if the run had been killed before committing
     refused = run_cli("run", "--input", folder, "--output", out, "--estimator", "rloo", check_codes=(2,))
     assert "made with other options" in refused.stderr
+
+
+@pytest.mark.parametrize("dataset", ["parquet", "slime"])
+def test_a_run_without_tensors_or_a_reward_model_never_imports_torch(inputs, tmp_path, dataset):
+    # torch costs every process about a second of start-up and a few hundred MB: only a dump holding
+    # tensors, the GPU core or --reward-model may import it (Beam's inference module imports it too)
+    import subprocess
+    import sys
+
+    _, folder, _ = inputs[dataset]
+    script = ("import sys\nfrom rollout_relabel.pipeline.cli import main\n"
+              f"code = main(['run', '--input', {str(folder)!r}, '--output', {str(tmp_path / 'out')!r}])\n"
+              "print(code, 'torch' in sys.modules)\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.split()[-2:] == ["0", "False"], done.stdout[-2000:]
