@@ -176,7 +176,8 @@ def _trainable_tokens(table: pa.Table, problem, details) -> np.ndarray:
         null_tokens = list_sums(pa.ListArray.from_arrays(mask.offsets, pc.cast(mask.values.is_null(), pa.int8())))
         flag(problem, details, has_mask & (null_tokens > 0), Reason.NULL_MASK_VALUE,
              lambda i: null_mask_text(null_tokens[i], mask_len[i]))
-    if mask is not None:  # 0 or 1 each: another value would weigh the token's loss (negative sums were written)
+    if mask is not None and not _only_zeros_and_ones(mask.values):
+        # 0 or 1 each: another value would weigh the token's loss (negative sums were written)
         values = mask.values
         odd = pc.and_(pc.is_valid(values), pc.invert(pc.is_in(values, value_set=pa.array([0, 1], values.type))))
         odd_tokens = list_sums(pa.ListArray.from_arrays(mask.offsets, pc.cast(pc.fill_null(odd, False), pa.int8())))
@@ -184,6 +185,16 @@ def _trainable_tokens(table: pa.Table, problem, details) -> np.ndarray:
              lambda i: mask_value_text(odd_tokens[i], mask[i].as_py()))
     remove = bool_column(table, "remove_sample")
     return np.where(remove, 0, np.where(has_mask, mask_sum, np.maximum(length, 0)))
+
+
+def _only_zeros_and_ones(values: pa.Array) -> bool:
+    """True when an integer mask's values are all 0 or 1 (nulls aside): one min/max pass, where counting
+    odd values row by row costs a file several passes; other types take the count."""
+    if not pa.types.is_integer(values.type):
+        return False
+    bounds = pc.min_max(values)
+    low, high = bounds["min"].as_py(), bounds["max"].as_py()
+    return low is None or (low >= 0 and high <= 1)
 
 
 def _group_keys(table: pa.Table, fields: Labeling, legacy_verl: bool = False):
