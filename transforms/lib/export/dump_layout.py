@@ -61,7 +61,8 @@ def describe(dump: dict, samples: list[dict], schema: pa.Schema, json_fields: se
         if list(sample) != fields:
             layout["keys"][str(row)] = list(sample)
     for name in fields:
-        as_json, kind = name in json_fields, schema.field(name).type
+        # the test is made once per field: the rows of a dump number thousands, its fields a few dozen
+        exact = _json_exact if name in json_fields else exact_test(schema.field(name).type)
         tensors, patches = [], {}
         for row, sample in enumerate(samples):
             value = sample.get(name)
@@ -69,7 +70,7 @@ def describe(dump: dict, samples: list[dict], schema: pa.Schema, json_fields: se
             if is_tensor(value):
                 plain = value.tolist()
             if (name in SHADOWED or (plain is not value and getattr(value, "requires_grad", True))
-                    or not (_json_exact(plain) if as_json else _exact(plain, kind))):
+                    or not exact(plain)):
                 try:
                     patches[str(row)] = encode(value)
                 except TypeError:
@@ -160,25 +161,25 @@ def _scalar_type(kind: pa.DataType):
     return None
 
 
-def _exact(value, kind: pa.DataType) -> bool:
-    """Whether `value`, stored in a column of type `kind`, reads back (to_pylist) identical in type and value."""
-    if value is None:
-        return True
+def exact_test(kind: pa.DataType):
+    """value -> whether `value`, stored in a column of type `kind`, reads back (to_pylist) identical in type
+    and value."""
     scalar = _scalar_type(kind)
     if scalar is not None:
-        return type(value) is scalar
+        return lambda value: value is None or type(value) is scalar
     if pa.types.is_list(kind) or pa.types.is_large_list(kind):
-        if type(value) is not list:
-            return False
-        item = kind.value_type
-        scalar = _scalar_type(item)
-        if scalar is not None:  # the common case (tokens, masks, log-probs): one C-level pass
-            return set(map(type, value)) <= {scalar, type(None)}
-        return all(_exact(v, item) for v in value)
+        item_scalar = _scalar_type(kind.value_type)
+        if item_scalar is not None:  # the common case (tokens, masks, log-probs): one C-level pass a list
+            allowed = {item_scalar, type(None)}
+            return lambda value: value is None or (type(value) is list and set(map(type, value)) <= allowed)
+        item = exact_test(kind.value_type)
+        return lambda value: value is None or (type(value) is list and all(map(item, value)))
     if pa.types.is_struct(kind):
-        return (type(value) is dict and list(value) == [f.name for f in kind]
-                and all(_exact(value[f.name], f.type) for f in kind))
-    return False
+        names = [f.name for f in kind]
+        members = [(f.name, exact_test(f.type)) for f in kind]
+        return lambda value: value is None or (type(value) is dict and list(value) == names
+                                               and all(test(value[name]) for name, test in members))
+    return lambda value: value is None
 
 
 def _json_exact(value) -> bool:
