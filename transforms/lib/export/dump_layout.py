@@ -62,7 +62,7 @@ def describe(dump: dict, samples: list[dict], schema: pa.Schema, json_fields: se
             layout["keys"][str(row)] = list(sample)
     for name in fields:
         # the test is made once per field: the rows of a dump number thousands, its fields a few dozen
-        exact = _json_exact if name in json_fields else exact_test(schema.field(name).type)
+        exact = _json_exact if name in json_fields else _exact_test(schema.field(name).type)
         tensors, patches = [], {}
         for row, sample in enumerate(samples):
             value = sample.get(name)
@@ -161,7 +161,7 @@ def _scalar_type(kind: pa.DataType):
     return None
 
 
-def exact_test(kind: pa.DataType):
+def _exact_test(kind: pa.DataType):
     """value -> whether `value`, stored in a column of type `kind`, reads back (to_pylist) identical in type
     and value."""
     scalar = _scalar_type(kind)
@@ -172,11 +172,11 @@ def exact_test(kind: pa.DataType):
         if item_scalar is not None:  # the common case (tokens, masks, log-probs): one C-level pass a list
             allowed = {item_scalar, type(None)}
             return lambda value: value is None or (type(value) is list and set(map(type, value)) <= allowed)
-        item = exact_test(kind.value_type)
+        item = _exact_test(kind.value_type)
         return lambda value: value is None or (type(value) is list and all(map(item, value)))
     if pa.types.is_struct(kind):
         names = [f.name for f in kind]
-        members = [(f.name, exact_test(f.type)) for f in kind]
+        members = [(f.name, _exact_test(f.type)) for f in kind]
         return lambda value: value is None or (type(value) is dict and list(value) == names
                                                and all(test(value[name]) for name, test in members))
     return lambda value: value is None
