@@ -83,3 +83,14 @@ def test_python_api_filters_not_trained_rows():
     out = relabel(pa.Table.from_pylist(ROWS), std_normalization=False)
     assert out.training_rows.column("rollout_id").to_pylist() == [1, 2, 4, 5]
     assert out.rows_filtered == 2 and out.filtered.column("reason").to_pylist() == ["not-trained"] * 2
+
+
+def test_a_batch_whose_other_file_trained_every_row(tmp_path):
+    """One file of the batch has no not-trained row (its slim rows carry no such column), the other has one."""
+    rows = ROWS[:2] + [dict(ROWS[2], reward=0.5, not_trained=None)] + ROWS[3:]
+    write(tmp_path / "in", rows)
+    run_cli("run", "--input", tmp_path / "in", "--output", tmp_path / "out", "--no-std-normalization")
+    kept, filtered, manifest = outputs(tmp_path / "out")
+    assert [(r["rollout_id"], r["advantage"]) for r in kept] == [(1, 0.5), (2, -0.5), (3, 0.0), (4, -0.25), (5, 0.25)]
+    assert [(f["source"].rsplit("/", 1)[-1], f["row"]) for f in filtered] == [("b.parquet", 2)]
+    assert manifest["counts"]["rows_filtered"] == 1

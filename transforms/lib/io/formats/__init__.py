@@ -21,6 +21,7 @@ from rollout_relabel.transforms.lib.io.formats import (
     miles_format,
     nemo_rl_format,
     parquet_format,
+    prime_rl_format,
     pt_format,
     rllm_format,
     roll_format,
@@ -37,6 +38,7 @@ FORMATS: tuple[Format, ...] = (
     pt_format.FORMAT,
     parquet_format.FORMAT,
     roll_format.FORMAT,  # rollout_dump_data.step_N.jsonl: before the .jsonl row
+    prime_rl_format.FORMAT,  # step_N/train/{all,effective}/traces.jsonl: before the .jsonl row
     jsonl_format.FORMAT,
     slime_format.FORMAT,
     miles_format.FORMAT,

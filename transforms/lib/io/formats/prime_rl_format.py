@@ -1,0 +1,329 @@
+"""prime-rl's episode files: its `FileMonitor.log_episodes` (PrimeIntellect-ai/prime-rl,
+src/prime_rl/monitors/file.py at 559b44772e471d1538537b8805cc77f3824a5e64) appends one JSON line per episode,
+the `Episode.to_record()` of the verifiers library it pins (PrimeIntellect-ai/verifiers, verifiers/v1/episode.py
+and trace.py at a60a606ecc4d309247edf9ff92c3eabca362781f), to
+`{output_dir}/rollouts/step_{N}/{train,eval}/{all,effective}/traces.jsonl`.
+
+`effective/` holds, at the step that trained them, the traces the trainer was sent (admitted, clean,
+trainable: prime_rl/orchestrator/metrics.py `TrainEpisodes.effective`); `all/` holds every episode as it
+arrived. A trace is a message graph (`nodes`, each with its `parent`); its branches are the paths from a root
+to each leaf (a node no node names as parent), in leaf order (verifiers/v1/graph.py `leaves`), and each
+branch is one row. Training rows come from `effective/`; `all/` is read only for the traces no `effective/`
+file of the run holds, whose rows are marked `not_trained` with the reason. `eval/` is never trained on: a
+listing holding train files leaves it out.
+
+prime-rl's GRPO (prime_rl/orchestrator/algo/grpo.py, base.py `iter_trainable_traces`): over the trainable
+traces of one rollout group (`episode.group.id`), the trace's reward (the sum of its rewards' score x weight)
+minus the group's mean, in float32, no std; one value for every sampled token of the trace. A branch's
+training mask is its sampled tokens, a sampled node shared with an earlier branch trained there only
+(prime_rl/orchestrator/trajectories.py `iter_trainable_branches`); a branch left with none is not trained.
+A group is scored when it completes, before the trainer's batches are cut, so its traces may be trained at
+two steps: the batch here is the step the group was dispatched at (`run.work.step`), which all its
+episodes share.
+"""
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Sequence
+
+import pyarrow as pa
+
+from rollout_relabel.transforms.core.reasons import Reason
+from rollout_relabel.transforms.lib.errors import BadFile
+from rollout_relabel.transforms.lib.io import filesystem
+from rollout_relabel.transforms.lib.io.formats.format import Footer, Format, ReadOptions, read_bytes, steps_in
+from rollout_relabel.transforms.lib.io.jsonl import MALFORMED_LINES, MALFORMED_TEXTS
+
+# {rollouts}/step_{N}/train/{all,effective}/traces.jsonl (monitors/file.py); group 1: the rollouts folder
+PATTERN = re.compile(r"(^|.*/)step_(\d+)/train/(all|effective)/traces\.jsonl$")
+EVALUATION = re.compile(r"(^|.*/)step_\d+/eval/(?:all|effective)/traces\.jsonl$")
+
+TEXT_COLUMNS = ("messages", "task")      # JSON text, built only when asked for
+TOKEN_COLUMNS = ("token_ids", "loss_mask", "logprobs")
+SCHEMA = pa.schema([
+    ("step", pa.int64()), ("rollouts_step", pa.int64()), ("subset", pa.string()), ("episode_id", pa.string()),
+    ("group_index", pa.string()), ("env_id", pa.string()), ("env_name", pa.string()), ("trace_id", pa.string()),
+    ("branch_index", pa.int64()), ("rollout_id", pa.string()), ("agent", pa.string()), ("trainable", pa.bool_()),
+    ("ok", pa.bool_()), ("stop_condition", pa.string()), ("reward", pa.float64()), ("rewards", pa.string()),
+    ("metrics", pa.string()), ("policy_start", pa.int64()), ("policy_end", pa.int64()),
+    ("prime_rl_advantage", pa.float64()), ("token_ids", pa.list_(pa.int64())), ("loss_mask", pa.list_(pa.int8())),
+    ("logprobs", pa.list_(pa.float32())), ("messages", pa.string()), ("task", pa.string()),
+    ("not_trained", pa.string()),
+])
+# all/ only: the curriculum rejected its group, it went stale, its advantage was 0, or it never shipped
+NOT_IN_EFFECTIVE = "not in any effective/ file"
+NO_TRAINABLE_TOKEN = "branch has no trainable token"
+
+
+class Malformed(ValueError):
+    """A line that is not a prime-rl episode record: why, for its dead letter."""
+
+
+def _posix(path: str) -> str:
+    return path.replace("\\", "/")
+
+
+def matches(path: str) -> bool:
+    return PATTERN.match(_posix(path)) is not None
+
+
+def companions(listing: Sequence[str]) -> set[str]:
+    """The eval files (never trained on) of every rollouts folder holding train files."""
+    roots = {m.group(1) for p in listing if (m := PATTERN.match(_posix(p)))}
+    return {p for p in listing if (m := EVALUATION.match(_posix(p))) and m.group(1) in roots}
+
+
+# effective/ file -> ((size, mtime), the trace ids it holds): each file parsed once per process
+_TRAINED: dict[str, tuple[tuple[int, float], frozenset[str]]] = {}
+
+
+def _trained_ids(rollouts: str, arrival_step: int) -> frozenset[str]:
+    """The ids of the traces every `effective/` file of the run from `arrival_step` on holds (a trace that
+    arrived at step N is trained at step N or later)."""
+    found: set[str] = set()
+    folder = rollouts.rstrip("/") or "."
+    for meta in filesystem.match_in(folder, "step_*/train/effective/traces.jsonl"):
+        m = PATTERN.match(_posix(meta.path))
+        if m is None or int(m.group(2)) < arrival_step:
+            continue
+        stamp = (int(meta.size_in_bytes), float(meta.last_updated_in_seconds))
+        known = _TRAINED.get(meta.path)
+        if known is None or known[0] != stamp:
+            ids: set[str] = set()
+            for line in read_bytes(meta.path).splitlines():
+                try:
+                    episode = json.loads(line) if line.strip() else {}
+                    ids.update(t["id"] for t in episode.get("traces") or () if isinstance(t, dict) and "id" in t)
+                except (ValueError, AttributeError, TypeError):
+                    continue  # the file's own read reports its bad lines
+            known = _TRAINED[meta.path] = (stamp, frozenset(ids))
+        found |= known[1]
+    return frozenset(found)
+
+
+def _text(value) -> str | None:
+    return value if value is None or isinstance(value, str) else json.dumps(value, sort_keys=True)
+
+
+def _object(value) -> dict:
+    """An optional object of the record: itself, or empty when absent (or not an object)."""
+    return value if isinstance(value, dict) else {}
+
+
+def _int(value, what: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise Malformed(f"{what} is {value!r}, not an integer")
+    return value
+
+
+def _reward(rewards, where: str) -> float:
+    """Trace.reward: the sum of score x weight over the rewards that ran (a null one did not)."""
+    if not isinstance(rewards, dict):
+        raise Malformed(f"{where}: `rewards` is {type(rewards).__name__}, not an object")
+    total = 0.0
+    for name, reward in rewards.items():
+        if reward is None:
+            continue
+        score, weight = _object(reward).get("score"), _object(reward).get("weight", 1.0)
+        if not isinstance(score, (int, float)) or not isinstance(weight, (int, float)) \
+                or isinstance(score, bool) or isinstance(weight, bool):
+            raise Malformed(f"{where}: reward {name!r} is {reward!r}, not {{score, weight}} numbers")
+        total += score * weight
+    return total
+
+
+def _spread(mask: list, values: list) -> list:
+    """A node's values over its sampled tokens (in order), placed on the mask's true positions, 0 elsewhere."""
+    out, k = [], 0
+    for sampled in mask:
+        if sampled:
+            out.append(values[k] if k < len(values) else 0.0)
+            k += 1
+        else:
+            out.append(0.0)
+    return out
+
+
+def _nodes(trace: dict, where: str) -> list[dict]:
+    nodes = trace.get("nodes", [])
+    if not isinstance(nodes, list):
+        raise Malformed(f"{where}: `nodes` is not a list")
+    for j, node in enumerate(nodes):
+        at = f"{where}, node {j}"
+        if not isinstance(node, dict):
+            raise Malformed(f"{at} is not an object")
+        parent = node.get("parent")
+        if parent is not None and not (0 <= _int(parent, f"{at}: `parent`") < j):
+            raise Malformed(f"{at}: `parent` {parent} is not an earlier node")
+        tokens, mask = node.get("token_ids", []), node.get("mask", [])
+        if not isinstance(tokens, list) or not isinstance(mask, list) or len(tokens) != len(mask):
+            raise Malformed(f"{at}: `token_ids` and `mask` are not lists of one length")
+    return nodes
+
+
+def _branches(nodes: list[dict]) -> list[list[int]]:
+    """Each leaf's path from its root, leaves in node order (verifiers' Trace.branches)."""
+    has_child = {node.get("parent") for node in nodes}
+    paths: list[list[int]] = []
+    for leaf in (i for i in range(len(nodes)) if i not in has_child):
+        path: list[int] = []
+        at: int | None = leaf
+        while at is not None:
+            path.append(at)
+            at = nodes[at].get("parent")
+        paths.append(path[::-1])
+    return paths
+
+
+class _Rows:
+    """The table's columns as lists, the heavy ones only when asked for."""
+
+    def __init__(self, columns):
+        wanted = set(SCHEMA.names) if columns is None else set(columns)
+        self.tokens = any(c in wanted for c in (*TOKEN_COLUMNS, "prime_rl_advantage"))
+        self.texts = {c for c in TEXT_COLUMNS if c in wanted}
+        self.names = [n for n in SCHEMA.names if n in wanted]
+        self.data: dict[str, list] = {n: [] for n in self.names}
+        self.malformed: dict[str, str] = {}
+        self.malformed_texts: dict[str, str] = {}
+        self.count = 0
+
+    def add(self, row: dict) -> None:
+        for name in self.names:
+            self.data[name].append(row.get(name))
+        self.count += 1
+
+    def add_malformed(self, row: dict, why: str, text: str) -> None:
+        self.malformed[str(self.count)] = why
+        self.malformed_texts[str(self.count)] = text
+        self.add(row)
+
+    def table(self) -> pa.Table:
+        table = pa.table({n: pa.array(self.data[n], SCHEMA.field(n).type) for n in self.names},
+                         schema=pa.schema([SCHEMA.field(n) for n in self.names]))
+        if self.malformed:
+            table = table.replace_schema_metadata({MALFORMED_LINES: json.dumps(self.malformed).encode(),
+                                                   MALFORMED_TEXTS: json.dumps(self.malformed_texts).encode()})
+        return table
+
+
+def _branch_columns(nodes: list[dict], path: list[int], trained: set[int], rows: _Rows, where: str) -> dict:
+    """A branch's token columns: its tokens, its training mask (a sampled node trained once, in the first
+    branch holding it), its sampling logprobs and prime-rl's stored advantage at its first trained token."""
+    tokens: list = []
+    mask: list = []
+    logprobs: list = []
+    advantage = None
+    for j in path:
+        node = nodes[j]
+        node_mask = node.get("mask", [])
+        sampled = bool(node.get("sampled")) and any(node_mask)
+        trains = not (sampled and j in trained)
+        if sampled:
+            trained.add(j)
+        if not rows.tokens:
+            if trains and any(node_mask):
+                mask.append(1)  # only whether any token trains is needed
+            continue
+        tokens.extend(node.get("token_ids", []))
+        mask.extend([1 if m and trains else 0 for m in node_mask])
+        values = node.get("logprobs") or []
+        if not isinstance(values, list):
+            raise Malformed(f"{where}, node {j}: `logprobs` is not a list")
+        logprobs.extend(_spread(node_mask, values))
+        stored = node.get("advantages")
+        if advantage is None and trains and isinstance(stored, list) and stored and any(node_mask):
+            advantage = stored[0]
+    out = {"loss_mask": mask, "trains": any(mask)}
+    if rows.tokens:
+        out.update(token_ids=tokens, logprobs=logprobs, prime_rl_advantage=advantage)
+    if "messages" in rows.texts:
+        out["messages"] = json.dumps([nodes[j].get("message") for j in path], sort_keys=True)
+    return out
+
+
+def _episode_rows(episode, subset: str, folder_step: int, trained_ids: frozenset[str] | None, rows: _Rows,
+                  where: str) -> list[dict]:
+    """The rows of one episode record (a line), or Malformed naming what is wrong."""
+    if not isinstance(episode, dict):
+        raise Malformed(f"{where}: not a JSON object")
+    traces = episode.get("traces", [])
+    if not isinstance(traces, list):
+        raise Malformed(f"{where}: `traces` is not a list")
+    group = episode.get("group")
+    if not isinstance(group, dict) or not isinstance(group.get("id"), str):
+        raise Malformed(f"{where}: no `group.id` (prime-rl groups every training episode)")
+    work = _object(_object(episode.get("run")).get("work"))
+    step = _int(work["step"], f"{where}: `run.work.step`") if work.get("step") is not None else folder_step
+    policy, env = _object(work.get("policy")), _object(episode.get("env"))
+    base = {"step": step, "rollouts_step": folder_step, "subset": subset, "episode_id": _text(episode.get("id")),
+            "group_index": group["id"], "env_id": _text(env.get("id")), "env_name": _text(env.get("name")),
+            **{f"policy_{k}": None if policy.get(k) is None else _int(policy[k], f"{where}: `run.work.policy.{k}`")
+               for k in ("start", "end")}}
+    out = []
+    for t, trace in enumerate(traces):
+        at = f"{where}, trace {t}"
+        if not isinstance(trace, dict) or not isinstance(trace.get("id"), str):
+            raise Malformed(f"{at}: no `id`")
+        if trained_ids is not None and trace["id"] in trained_ids:
+            continue  # trained: its rows come from the effective/ file that holds it
+        agent = _object(trace.get("agent"))
+        trainable, ok = agent.get("trainable", True) is not False, trace.get("ok") is True
+        errors = trace.get("errors") if isinstance(trace.get("errors"), list) else []
+        error = errors[-1].get("type") if errors and isinstance(errors[-1], dict) else None
+        reason = (None if subset == "effective"
+                  else f"trace errored: {error}" if not ok and error else "trace errored" if not ok
+                  else f"frozen agent {agent.get('name')!r}" if not trainable else NOT_IN_EFFECTIVE)
+        nodes = _nodes(trace, at)
+        shared = {**base, "trace_id": trace["id"], "rollout_id": trace["id"], "agent": _text(agent.get("name")),
+                  "trainable": trainable, "ok": ok, "stop_condition": _text(trace.get("stop_condition")),
+                  "reward": _reward(trace.get("rewards", {}), at), "rewards": _text(trace.get("rewards", {})),
+                  "metrics": _text(trace.get("metrics", {}))}
+        if "task" in rows.texts:
+            shared["task"] = _text(trace.get("task"))
+        trained: set[int] = set()
+        for b, path in enumerate(_branches(nodes)):
+            columns = _branch_columns(nodes, path, trained, rows, at)
+            not_trained = reason or (None if columns.pop("trains") else NO_TRAINABLE_TOKEN)
+            columns.pop("trains", None)
+            out.append({**shared, **columns, "branch_index": b, "not_trained": not_trained})
+    return out
+
+
+def read(path: str, columns, options: ReadOptions):
+    data = read_bytes(path)
+    if options.max_bytes is not None and len(data) > options.max_bytes:
+        raise BadFile(Reason.FILE_TOO_LARGE, f"{path}: larger than --max-file-bytes")
+    found = PATTERN.match(_posix(path))
+    if found is None:
+        raise BadFile(Reason.UNREADABLE_FILE, f"{path}: not a prime-rl step_N/train/{{all,effective}}/traces.jsonl")
+    folder_step, subset = int(found.group(2)), found.group(3)
+    trained_ids = _trained_ids(found.group(1), folder_step) if subset == "all" else None
+    rows = _Rows(columns)
+    for number, line in enumerate(data.splitlines(), 1):
+        if not line.strip():
+            continue
+        where = f"{path}: line {number}"
+        try:
+            for row in _episode_rows(json.loads(line), subset, folder_step, trained_ids, rows, where):
+                rows.add(row)
+        except (Malformed, ValueError, RecursionError) as error:
+            text = line.decode("utf-8", "backslashreplace")
+            why = str(error) if isinstance(error, Malformed) else f"{where} is not JSON ({error})"
+            rows.add_malformed({"step": folder_step, "rollouts_step": folder_step, "subset": subset}, why, text)
+    return rows.table(), {"step": None, "prompt_group_sizes": None}
+
+
+def plan(path: str, size: int, step: str, max_bytes: int) -> Footer:
+    """The `step` values (the dispatch steps) of the file's rows: the file is parsed, as a JSONL file is."""
+    try:
+        table, _ = read(path, [step, step.split(".", 1)[0]], ReadOptions(max_bytes=max_bytes))
+        return Footer(steps_in(table, step), size * 2)
+    except BadFile:  # the one-pass path reports it
+        return Footer(None, size * 2)
+
+
+FORMAT = Format("prime-rl", matches=matches, read=read, plan=plan, companions=companions,
+                preset=("--semantics=rollout-shared", "--estimator=dr_grpo", "--version-column=policy_start"),
+                stored_advantage="prime_rl_advantage")
