@@ -2,9 +2,9 @@
 
     python -m bench.agent_layouts [--rows 10000] [--rounds 3]
 
-For each layout (rLLM's episode JSON files, ROLL's step JSONL files) the bench writes ROWS rows in the
-framework's layout, reads them once through the format registry to get the input table, and writes that
-table as Parquet split into the same files. It then times reading every file of each, through
+For each layout (rLLM's episode JSON files, ROLL's step JSONL files, prime-rl's traces.jsonl) the bench
+writes ROWS rows in the framework's layout, reads them once through the format registry to get the input
+table, and writes that table as Parquet split into the same files. It then times reading every file of each, through
 `formats.read_table` (the path `relabel run` takes), alternating the order each round, and reports the ratio
 of the medians (layout / Parquet). The JSON layouts' target (issue 34) is at most TARGET; exit 1 above it or
 when a read gives other than the rows written (ROWS rounded down to whole files).
@@ -27,6 +27,10 @@ TARGET = 3.0
 STEPS_PER_TRAJECTORY = 5
 TRAJECTORIES_PER_EPISODE = 2
 ROWS_PER_ROLL_FILE = 2000
+# prime-rl: per trace a prompt, two answers and a tool reply between them (PRIME_TOKENS tokens each, the
+# answers' sampled with logprobs); every 4th trace forks into a second branch; PRIME_STEPS step folders
+PRIME_TOKENS = (100, 200, 50, 150)
+PRIME_STEPS = 5
 
 
 def write_rllm(root: str, rows: int) -> list[str]:
@@ -71,6 +75,49 @@ def write_roll(root: str, rows: int) -> list[str]:
     return paths
 
 
+def _prime_node(parent, role, n, first):
+    sampled = role == "assistant"
+    node = {"message": {"role": role, "content": role[0] * 4 * n}, "sampled": sampled, "timestamp": 1.0,
+            "token_ids": list(range(first, first + n)), "mask": [sampled and k > 2 for k in range(n)],
+            "is_content": [], "logprobs": [-0.25 - k / 1000 for k in range(n - 3)] if sampled else []}
+    if parent is not None:
+        node["parent"] = parent
+    return node
+
+
+def write_prime_rl(root: str, rows: int) -> list[str]:
+    """prime-rl's effective/ files (FileMonitor, monitors/file.py): one episode a line, one trace each, groups of
+    8; a forked trace is two rows."""
+    paths, written, trace = [], 0, 0
+    per_step = rows // PRIME_STEPS
+    for step in range(PRIME_STEPS):
+        folder = os.path.join(root, "rollouts", f"step_{step}", "train", "effective")
+        os.makedirs(folder)
+        lines = []
+        while written < per_step * (step + 1):
+            nodes = [_prime_node(None if i == 0 else i - 1, role, n, 1000 * i)
+                     for i, (role, n) in enumerate(zip(("user", "assistant", "tool", "assistant"), PRIME_TOKENS))]
+            if trace % 4 == 0 and written + 2 <= per_step * (step + 1):
+                nodes += [_prime_node(1, "user", PRIME_TOKENS[2], 5000),
+                          _prime_node(4, "assistant", PRIME_TOKENS[3], 6000)]
+            written += 1 + (len(nodes) > 4)
+            record = {"version": 1, "id": f"t{trace}", "task": {"type": "T", "data": {"idx": trace // 8}},
+                      "agent": {"config": {}, "name": "agent", "trainable": True}, "tools": [], "nodes": nodes,
+                      "calls": [], "rewards": {"acc": {"score": float(trace % 2), "weight": 1.0}}, "metrics": {},
+                      "info": {}, "is_completed": True, "ok": True, "stop_condition": "done", "errors": []}
+            lines.append(json.dumps({"id": f"e{trace}", "env": {"id": "env", "name": "env"},
+                                     "task": {"type": "T", "data": {"idx": trace // 8}},
+                                     "group": {"id": f"g{trace // 8}"},
+                                     "run": {"type": "train", "id": "r", "work": {"type": "train", "step": step}},
+                                     "ok": True, "errors": [], "traces": [record]}, separators=(",", ":")))
+            trace += 1
+        path = os.path.join(folder, "traces.jsonl")
+        with open(path, "w") as handle:
+            handle.write("\n".join(lines) + "\n")
+        paths.append(path)
+    return paths
+
+
 def as_parquet(paths: list[str], root: str) -> list[str]:
     os.makedirs(root)
     out = []
@@ -95,7 +142,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     failed = False
     with tempfile.TemporaryDirectory(prefix="bench-agent-layouts-") as root:
-        for name, write in (("rllm", write_rllm), ("roll", write_roll)):
+        for name, write in (("rllm", write_rllm), ("roll", write_roll), ("prime-rl", write_prime_rl)):
             layout = write(os.path.join(root, name), args.rows)
             parquet = as_parquet(layout, os.path.join(root, f"{name}-parquet"))
             times: dict[str, list[float]] = {"layout": [], "parquet": []}
@@ -103,7 +150,9 @@ def main(argv=None) -> int:
                 order = [("layout", layout), ("parquet", parquet)]
                 for kind, paths in (order if round_ % 2 == 0 else order[::-1]):
                     seconds, rows = read_all(paths)
-                    if rows != (len(layout) * ROWS_PER_ROLL_FILE if name == "roll" else args.rows):
+                    expected = {"roll": len(layout) * ROWS_PER_ROLL_FILE,
+                                "prime-rl": args.rows // PRIME_STEPS * PRIME_STEPS}.get(name, args.rows)
+                    if rows != expected:
                         print(f"{name} {kind}: {rows} rows read", file=sys.stderr)
                         return 1
                     times[kind].append(seconds)
