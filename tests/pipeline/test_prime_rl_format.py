@@ -98,4 +98,4 @@ def test_a_bad_line_is_dead_lettered_and_the_rest_labelled(tmp_path):
     assert [(r["trace_id"], r["advantage"]) for r in rows] == [("t0", 0.5), ("t1", -0.5)]
     dead = pq.read_table(tmp_path / "out" / "_dead_letters.parquet").to_pylist()
     assert [(d["row"], d["reason"]) for d in dead] == [(2, "malformed-line")]
-    assert f"{path}: line 3 is not JSON" in dead[0]["message"]
+    assert f"{path}: line 3 is not a prime-rl episode record (JSON is malformed" in dead[0]["message"]

@@ -27,8 +27,8 @@ import json
 import re
 from collections.abc import Sequence
 
+import msgspec
 import pyarrow as pa
-from msgspec.json import decode, encode  # json's plain values, about three times faster on the token lists
 
 from rollout_relabel.transforms.core.reasons import Reason
 from rollout_relabel.transforms.lib.errors import BadFile
@@ -59,6 +59,92 @@ NO_TRAINABLE_TOKEN = "branch has no trainable token"
 
 class Malformed(ValueError):
     """A line that is not a prime-rl episode record: why, for its dead letter."""
+
+
+# The record's fields the rows need, typed: msgspec reads a line straight into them (the per-token lists in C)
+# and skips every other field unread; a field of another type names its path ($.traces[0].nodes[3].mask[0]).
+# Defaults are the record's (verifiers' models), whose null fields the writer leaves out.
+def _null() -> msgspec.Raw:
+    return msgspec.Raw(b"null")
+
+
+class Node(msgspec.Struct, gc=False):
+    parent: int | None = None
+    message: msgspec.Raw = msgspec.field(default_factory=_null)  # kept as its JSON text
+    sampled: bool = False
+    token_ids: list[int] = []
+    mask: list[bool] = []
+    logprobs: list[float] = []       # over the sampled tokens
+    advantages: list[float] | None = None  # over the sampled tokens, once scored
+
+
+class RewardValue(msgspec.Struct, gc=False):
+    score: float
+    weight: float = 1.0
+
+
+class Agent(msgspec.Struct, gc=False):
+    name: str = "agent"
+    trainable: bool = True
+
+
+class TraceError(msgspec.Struct, gc=False):
+    type: str | None = None
+
+
+class TraceRecord(msgspec.Struct, gc=False):
+    id: str
+    task: msgspec.Raw = msgspec.field(default_factory=_null)
+    agent: Agent = msgspec.field(default_factory=Agent)
+    nodes: list[Node] = []
+    rewards: dict[str, RewardValue | None] = {}
+    metrics: msgspec.Raw = msgspec.field(default_factory=_null)
+    ok: bool = False
+    stop_condition: str | None = None
+    errors: list[TraceError] = []
+
+
+class Group(msgspec.Struct, gc=False):
+    id: str
+
+
+class Policy(msgspec.Struct, gc=False):
+    start: int | None = None
+    end: int | None = None
+
+
+class Work(msgspec.Struct, gc=False):
+    step: int | None = None
+    policy: Policy | None = None
+
+
+class Run(msgspec.Struct, gc=False):
+    work: Work | None = None
+
+
+class Env(msgspec.Struct, gc=False):
+    id: str | None = None
+    name: str | None = None
+
+
+class EpisodeRecord(msgspec.Struct, gc=False):
+    id: str | None = None
+    env: Env | None = None
+    group: Group | None = None
+    run: Run | None = None
+    traces: list[TraceRecord] = []
+
+
+class TraceId(msgspec.Struct, gc=False):
+    id: str
+
+
+class EpisodeIds(msgspec.Struct, gc=False):
+    traces: list[TraceId] = []
+
+
+EPISODE = msgspec.json.Decoder(EpisodeRecord)
+IDS = msgspec.json.Decoder(EpisodeIds)
 
 
 def _posix(path: str) -> str:
@@ -94,48 +180,25 @@ def _trained_ids(rollouts: str, arrival_step: int) -> frozenset[str]:
             ids: set[str] = set()
             for line in read_bytes(meta.path).splitlines():
                 try:
-                    episode = decode(line) if line.strip() else {}
-                    ids.update(t["id"] for t in episode.get("traces") or () if isinstance(t, dict) and "id" in t)
-                except (ValueError, AttributeError, TypeError):
-                    continue  # the file's own read reports its bad lines
+                    ids.update(t.id for t in IDS.decode(line).traces)
+                except msgspec.DecodeError:
+                    continue  # a blank line; a bad one is reported by the file's own read
             known = _TRAINED[meta.path] = (stamp, frozenset(ids))
         found |= known[1]
     return frozenset(found)
 
 
-def _text(value) -> str | None:
-    """A text field as it is; any other value as its JSON text, keys in the record's order."""
-    return value if value is None or isinstance(value, str) else encode(value).decode()
+def _raw_text(raw: msgspec.Raw) -> str | None:
+    text = bytes(raw).decode()
+    return None if text == "null" else text
 
 
-def _object(value) -> dict:
-    """An optional object of the record: itself, or empty when absent (or not an object)."""
-    return value if isinstance(value, dict) else {}
-
-
-def _int(value, what: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise Malformed(f"{what} is {value!r}, not an integer")
-    return value
-
-
-def _reward(rewards, where: str) -> float:
+def _reward(trace: TraceRecord) -> float:
     """Trace.reward: the sum of score x weight over the rewards that ran (a null one did not)."""
-    if not isinstance(rewards, dict):
-        raise Malformed(f"{where}: `rewards` is {type(rewards).__name__}, not an object")
-    total = 0.0
-    for name, reward in rewards.items():
-        if reward is None:
-            continue
-        score, weight = _object(reward).get("score"), _object(reward).get("weight", 1.0)
-        if not isinstance(score, (int, float)) or not isinstance(weight, (int, float)) \
-                or isinstance(score, bool) or isinstance(weight, bool):
-            raise Malformed(f"{where}: reward {name!r} is {reward!r}, not {{score, weight}} numbers")
-        total += score * weight
-    return total
+    return sum(r.score * r.weight for r in trace.rewards.values() if r is not None)
 
 
-def _spread(mask: list, values: list) -> list:
+def spread(mask: list, values: list) -> list:
     """A node's values over its sampled tokens (in order), placed on the mask's true positions, 0 elsewhere."""
     sampled = mask.count(True)
     if not sampled:
@@ -153,33 +216,24 @@ def _spread(mask: list, values: list) -> list:
     return out
 
 
-def _nodes(trace: dict, where: str) -> list[dict]:
-    nodes = trace.get("nodes", [])
-    if not isinstance(nodes, list):
-        raise Malformed(f"{where}: `nodes` is not a list")
+def _check_nodes(nodes: list[Node], where: str) -> None:
     for j, node in enumerate(nodes):
-        at = f"{where}, node {j}"
-        if not isinstance(node, dict):
-            raise Malformed(f"{at} is not an object")
-        parent = node.get("parent")
-        if parent is not None and not (0 <= _int(parent, f"{at}: `parent`") < j):
-            raise Malformed(f"{at}: `parent` {parent} is not an earlier node")
-        tokens, mask = node.get("token_ids", []), node.get("mask", [])
-        if not isinstance(tokens, list) or not isinstance(mask, list) or len(tokens) != len(mask):
-            raise Malformed(f"{at}: `token_ids` and `mask` are not lists of one length")
-    return nodes
+        if node.parent is not None and not 0 <= node.parent < j:
+            raise Malformed(f"{where}, node {j}: `parent` {node.parent} is not an earlier node")
+        if len(node.token_ids) != len(node.mask):
+            raise Malformed(f"{where}, node {j}: {len(node.token_ids)} `token_ids` but {len(node.mask)} `mask` values")
 
 
-def _branches(nodes: list[dict]) -> list[list[int]]:
+def _branches(nodes: list[Node]) -> list[list[int]]:
     """Each leaf's path from its root, leaves in node order (verifiers' Trace.branches)."""
-    has_child = {node.get("parent") for node in nodes}
+    has_child = {node.parent for node in nodes}
     paths: list[list[int]] = []
     for leaf in (i for i in range(len(nodes)) if i not in has_child):
         path: list[int] = []
         at: int | None = leaf
         while at is not None:
             path.append(at)
-            at = nodes[at].get("parent")
+            at = nodes[at].parent
         paths.append(path[::-1])
     return paths
 
@@ -203,12 +257,12 @@ class _Rows:
         self.malformed_texts: dict[str, str] = {}
         self.count = 0
 
-    def mark(self) -> tuple[int, int]:
-        return len(self.token_ids), len(self.mask)
+    def mark(self) -> int:
+        return len(self.token_ids)
 
-    def rollback(self, mark: tuple[int, int]) -> None:
+    def rollback(self, mark: int) -> None:
         """Drop what a line that turned out malformed appended to the flat lists."""
-        del self.token_ids[mark[0]:], self.logprobs[mark[0]:], self.mask[mark[1]:]
+        del self.token_ids[mark:], self.mask[mark:], self.logprobs[mark:]
 
     def add(self, row: dict, valid: bool = True) -> None:
         for name, values in self.data.items():
@@ -230,9 +284,8 @@ class _Rows:
                 values = {"token_ids": pa.array(self.token_ids, pa.int64()),
                           "loss_mask": pa.array(self.mask, pa.bool_()).cast(pa.int8()),
                           "logprobs": pa.array(self.logprobs, pa.float32())}
-            except (pa.ArrowException, TypeError, OverflowError) as error:
-                raise BadFile(Reason.ILL_TYPED_COLUMN, f"{path}: a node's `token_ids`, `mask` or `logprobs` are not "
-                                                       f"integers, booleans and numbers ({error})") from error
+            except (pa.ArrowException, OverflowError) as error:
+                raise BadFile(Reason.VALUE_TOO_LARGE, f"{path}: a token id beyond int64 ({error})") from error
             columns.update((n, pa.LargeListArray.from_arrays(offsets, v, mask=mask).cast(SCHEMA.field(n).type))
                            for n, v in values.items() if n in self.names)
         table = pa.table([columns[n] for n in self.names], schema=pa.schema([SCHEMA.field(n) for n in self.names]))
@@ -242,7 +295,7 @@ class _Rows:
         return table
 
 
-def _branch_columns(nodes: list[dict], path: list[int], trained: set[int], rows: _Rows, where: str) -> dict:
+def _branch_columns(nodes: list[Node], path: list[int], trained: set[int], rows: _Rows) -> dict:
     """A branch's columns besides the trace's: whether it trains anything; with the token columns asked for,
     its tokens, its training mask (a sampled node trained once, in the first branch holding it) and sampling
     logprobs appended to the flat lists, and prime-rl's stored advantage at its first trained token."""
@@ -250,73 +303,60 @@ def _branch_columns(nodes: list[dict], path: list[int], trained: set[int], rows:
     advantage = None
     for j in path:
         node = nodes[j]
-        node_mask = node.get("mask", [])
-        has_sampled = True in node_mask
-        sampled = has_sampled and bool(node.get("sampled"))
+        has_sampled = True in node.mask
+        sampled = has_sampled and node.sampled
         trains = not (sampled and j in trained)
         if sampled:
             trained.add(j)
         trains_any = trains_any or (trains and has_sampled)
         if not rows.tokens:
             continue
-        rows.token_ids.extend(node.get("token_ids", []))
-        rows.mask.extend(node_mask if trains else [False] * len(node_mask))
-        values = node.get("logprobs") or []
-        if not isinstance(values, list):
-            raise Malformed(f"{where}, node {j}: `logprobs` is not a list")
-        rows.logprobs.extend(_spread(node_mask, values))
-        stored = node.get("advantages")
-        if advantage is None and trains and has_sampled and isinstance(stored, list) and stored:
-            advantage = stored[0]
+        rows.token_ids.extend(node.token_ids)
+        rows.mask.extend(node.mask if trains else [False] * len(node.mask))
+        rows.logprobs.extend(spread(node.mask, node.logprobs))
+        if advantage is None and trains and has_sampled and node.advantages:
+            advantage = node.advantages[0]
     out: dict = {"trains": trains_any, "prime_rl_advantage": advantage, "end": len(rows.token_ids)}
     if "messages" in rows.texts:
-        out["messages"] = encode([nodes[j].get("message") for j in path]).decode()
+        out["messages"] = b"[" + b",".join(bytes(nodes[j].message) for j in path) + b"]"
     return out
 
 
-def _episode_rows(episode, subset: str, folder_step: int, trained_ids: frozenset[str] | None, rows: _Rows,
+def _episode_rows(line: bytes, subset: str, folder_step: int, trained_ids: frozenset[str] | None, rows: _Rows,
                   where: str) -> list[dict]:
     """The rows of one episode record (a line), or Malformed naming what is wrong."""
-    if not isinstance(episode, dict):
-        raise Malformed(f"{where}: not a JSON object")
-    traces = episode.get("traces", [])
-    if not isinstance(traces, list):
-        raise Malformed(f"{where}: `traces` is not a list")
-    group = episode.get("group")
-    if not isinstance(group, dict) or not isinstance(group.get("id"), str):
+    try:
+        episode = EPISODE.decode(line)
+    except (msgspec.DecodeError, RecursionError) as error:  # not JSON, nested too deep, a field of another type
+        raise Malformed(f"{where} is not a prime-rl episode record ({error})") from error
+    if episode.group is None:
         raise Malformed(f"{where}: no `group.id` (prime-rl groups every training episode)")
-    work = _object(_object(episode.get("run")).get("work"))
-    step = _int(work["step"], f"{where}: `run.work.step`") if work.get("step") is not None else folder_step
-    policy, env = _object(work.get("policy")), _object(episode.get("env"))
-    base = {"step": step, "rollouts_step": folder_step, "subset": subset, "episode_id": _text(episode.get("id")),
-            "group_index": group["id"], "env_id": _text(env.get("id")), "env_name": _text(env.get("name")),
-            **{f"policy_{k}": None if policy.get(k) is None else _int(policy[k], f"{where}: `run.work.policy.{k}`")
-               for k in ("start", "end")}}
+    work = episode.run.work if episode.run is not None and episode.run.work is not None else Work()
+    policy, env = work.policy or Policy(), episode.env or Env()
+    base = {"step": folder_step if work.step is None else work.step, "rollouts_step": folder_step,
+            "subset": subset, "episode_id": episode.id, "group_index": episode.group.id, "env_id": env.id,
+            "env_name": env.name, "policy_start": policy.start, "policy_end": policy.end}
     out = []
-    for t, trace in enumerate(traces):
-        at = f"{where}, trace {t}"
-        if not isinstance(trace, dict) or not isinstance(trace.get("id"), str):
-            raise Malformed(f"{at}: no `id`")
-        if trained_ids is not None and trace["id"] in trained_ids:
+    for t, trace in enumerate(episode.traces):
+        if trained_ids is not None and trace.id in trained_ids:
             continue  # trained: its rows come from the effective/ file that holds it
-        agent = _object(trace.get("agent"))
-        trainable, ok = agent.get("trainable", True) is not False, trace.get("ok") is True
-        errors = trace.get("errors") if isinstance(trace.get("errors"), list) else []
-        error = errors[-1].get("type") if errors and isinstance(errors[-1], dict) else None
-        reason = (None if subset == "effective"
-                  else f"trace errored: {error}" if not ok and error else "trace errored" if not ok
-                  else f"frozen agent {agent.get('name')!r}" if not trainable else NOT_IN_EFFECTIVE)
-        nodes = _nodes(trace, at)
-        shared = {**base, "trace_id": trace["id"], "rollout_id": trace["id"], "agent": _text(agent.get("name")),
-                  "trainable": trainable, "ok": ok, "stop_condition": _text(trace.get("stop_condition")),
-                  "reward": _reward(trace.get("rewards", {}), at), "rewards": _text(trace.get("rewards", {})),
-                  "metrics": _text(trace.get("metrics", {}))}
+        at = f"{where}, trace {t}"
+        _check_nodes(trace.nodes, at)
+        errored = "trace errored" + (f": {trace.errors[-1].type}" if trace.errors and trace.errors[-1].type else "")
+        reason = (None if subset == "effective" else errored if not trace.ok
+                  else f"frozen agent {trace.agent.name!r}" if not trace.agent.trainable else NOT_IN_EFFECTIVE)
+        shared = {**base, "trace_id": trace.id, "rollout_id": trace.id, "agent": trace.agent.name,
+                  "trainable": trace.agent.trainable, "ok": trace.ok, "stop_condition": trace.stop_condition,
+                  "reward": _reward(trace), "rewards": msgspec.json.encode(trace.rewards).decode(),
+                  "metrics": _raw_text(trace.metrics)}
         if "task" in rows.texts:
-            shared["task"] = _text(trace.get("task"))
+            shared["task"] = _raw_text(trace.task)
         trained: set[int] = set()
-        for b, path in enumerate(_branches(nodes)):
-            columns = _branch_columns(nodes, path, trained, rows, at)
+        for b, path in enumerate(_branches(trace.nodes)):
+            columns = _branch_columns(trace.nodes, path, trained, rows)
             not_trained = reason or (None if columns.pop("trains") else NO_TRAINABLE_TOKEN)
+            if "messages" in columns:
+                columns["messages"] = columns["messages"].decode()
             out.append({**shared, **columns, "branch_index": b, "not_trained": not_trained})
     return out
 
@@ -337,12 +377,11 @@ def read(path: str, columns, options: ReadOptions):
         where = f"{path}: line {number}"
         mark = rows.mark()
         try:
-            for row in _episode_rows(decode(line), subset, folder_step, trained_ids, rows, where):
+            for row in _episode_rows(line, subset, folder_step, trained_ids, rows, where):
                 rows.add(row)
-        except (Malformed, ValueError, RecursionError) as error:
+        except Malformed as error:
             rows.rollback(mark)
-            text = line.decode("utf-8", "backslashreplace")
-            why = str(error) if isinstance(error, Malformed) else f"{where} is not JSON ({error})"
+            text, why = line.decode("utf-8", "backslashreplace"), str(error)
             rows.add_malformed({"step": folder_step, "rollouts_step": folder_step, "subset": subset}, why, text)
     return rows.table(path), {"step": None, "prompt_group_sizes": None}
 

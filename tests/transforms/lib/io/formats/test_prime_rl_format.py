@@ -6,6 +6,7 @@ import os
 import pytest
 
 from rollout_relabel.transforms.lib.io import formats
+from rollout_relabel.transforms.lib.io.formats.prime_rl_format import spread
 from rollout_relabel.transforms.lib.io.inputs import expand_inputs
 from rollout_relabel.transforms.lib.io.jsonl import malformed_lines, malformed_texts
 from tests.prime_rl_records import Episode, Trace, append, episode_record, grpo, trace_record, write_run
@@ -86,6 +87,7 @@ def test_listing_leaves_eval_out_and_detects_the_layout(run, tmp_path):
     assert formats.detect("r/step_3/train/all/traces.jsonl").name == "prime-rl"
     assert formats.detect("r/step_3/eval/all/traces.jsonl").name == "jsonl"  # named alone, it is any JSONL file
     assert formats.detect("r/step_3/train/other/traces.jsonl").name == "jsonl"
+
     assert formats.by_name("prime-rl").preset == ("--semantics=rollout-shared", "--estimator=dr_grpo",
                                                  "--version-column=policy_start")
 
@@ -100,19 +102,35 @@ def test_bad_lines_are_rows_of_their_own_naming_file_and_line(tmp_path):
         json.dumps(episode_record(good, [{**trace_record(good.traces[0]), "rewards": {"acc": {"score": "1"}}}])),
         json.dumps(episode_record(good, [{**trace_record(good.traces[0]), "nodes": [{"parent": 0, "token_ids": [1],
                                                                                       "mask": [True]}]}])),
+        json.dumps(episode_record(good, [{**trace_record(good.traces[0]), "nodes": [{"token_ids": [1, 2],
+                                                                                      "mask": [True]}]}])),
+        json.dumps(episode_record(good, [{**trace_record(good.traces[0]), "nodes": [{"token_ids": [1],
+                                                                                      "mask": [1]}]}])),
     ]
     path = tmp_path / "rollouts" / "step_3" / "train" / "effective" / "traces.jsonl"
     path.parent.mkdir(parents=True)
     path.write_text("\n".join(lines) + "\n")
     table, _ = formats.read_table(str(path))
-    assert table.column("trace_id").to_pylist() == ["t1", None, None, None, None, None]
-    assert table.column("step").to_pylist() == [3] * 6
-    why = malformed_lines(table)
-    assert sorted(why) == [1, 2, 3, 4, 5]
-    assert why[1].startswith(f"{path}: line 2 is not JSON")
-    assert why[2] == f"{path}: line 3: no `group.id` (prime-rl groups every training episode)"
-    assert why[3] == f"{path}: line 4, trace 0: no `id`"
-    assert why[4] == f"{path}: line 5, trace 0: reward 'acc' is {{'score': '1'}}, not {{score, weight}} numbers"
-    assert why[5] == f"{path}: line 6, trace 0, node 0: `parent` 0 is not an earlier node"
+    assert table.column("trace_id").to_pylist() == ["t1"] + [None] * 7
+    assert table.column("token_ids").to_pylist() == [[1, 2, 3, 4, 5, 6, 7, 8, 9]] + [None] * 7
+    assert table.column("step").to_pylist() == [3] * 8
+    why = {row: text.removeprefix(f"{path}: line ") for row, text in malformed_lines(table).items()}
+    assert why == {
+        1: "2 is not a prime-rl episode record (Input data was truncated)",
+        2: "3: no `group.id` (prime-rl groups every training episode)",
+        3: "4 is not a prime-rl episode record (Expected `str`, got `null` - at `$.traces[0].id`)",
+        4: "5 is not a prime-rl episode record (Expected `float`, got `str` - at `$.traces[0].rewards[...].score`)",
+        5: "6, trace 0, node 0: `parent` 0 is not an earlier node",
+        6: "7, trace 0, node 0: 2 `token_ids` but 1 `mask` values",
+        7: "8 is not a prime-rl episode record (Expected `bool`, got `int` - at `$.traces[0].nodes[0].mask[0]`)",
+    }
     assert malformed_texts(table)[1] == lines[1]
 
+
+
+def test_spread_places_a_nodes_values_on_its_sampled_tokens():
+    assert spread([False, True, True], [-1.0, -2.0]) == [0.0, -1.0, -2.0]
+    assert spread([False, True, False, True], [-1.0, -2.0]) == [0.0, -1.0, 0.0, -2.0]
+    assert spread([False, True, True], [-1.0]) == [0.0, -1.0, 0.0]  # too few values: 0
+    assert spread([False, True], []) == [0.0, 0.0]
+    assert spread([False, False], [-1.0]) == [0.0, 0.0]
