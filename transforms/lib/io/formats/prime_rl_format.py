@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import re
+import threading
 from collections.abc import Sequence
 
 import msgspec
@@ -161,31 +162,43 @@ def companions(listing: Sequence[str]) -> set[str]:
     return {p for p in listing if (m := EVALUATION.match(_posix(p))) and m.group(1) in roots}
 
 
-# effective/ file -> ((size, mtime), the trace ids it holds): each file parsed once per process
-_TRAINED: dict[str, tuple[tuple[int, float], frozenset[str]]] = {}
+class _Trained:
+    """The ids of the traces a run's effective/ files hold, kept per process: each file is parsed once, again
+    only when its size or time changes, so the all/ files of a long run share one set."""
+
+    def __init__(self) -> None:
+        self.files: dict[str, tuple[tuple[int, float], frozenset[str]]] = {}
+        self.ids: frozenset[str] = frozenset()
+
+    def update(self, rollouts: str) -> frozenset[str]:
+        listed = filesystem.match_in(rollouts.rstrip("/") or ".", "step_*/train/effective/traces.jsonl")
+        stamps = {m.path: (int(m.size_in_bytes), float(m.last_updated_in_seconds)) for m in listed
+                  if PATTERN.match(_posix(m.path))}
+        if {p: known[0] for p, known in self.files.items()} != stamps:
+            self.files = {p: self.files[p] if p in self.files and self.files[p][0] == stamp else (stamp, _ids(p))
+                          for p, stamp in stamps.items()}
+            self.ids = frozenset().union(*(ids for _, ids in self.files.values()))
+        return self.ids
 
 
-def _trained_ids(rollouts: str, arrival_step: int) -> frozenset[str]:
-    """The ids of the traces every `effective/` file of the run from `arrival_step` on holds (a trace that
-    arrived at step N is trained at step N or later)."""
-    found: set[str] = set()
-    folder = rollouts.rstrip("/") or "."
-    for meta in filesystem.match_in(folder, "step_*/train/effective/traces.jsonl"):
-        m = PATTERN.match(_posix(meta.path))
-        if m is None or int(m.group(2)) < arrival_step:
-            continue
-        stamp = (int(meta.size_in_bytes), float(meta.last_updated_in_seconds))
-        known = _TRAINED.get(meta.path)
-        if known is None or known[0] != stamp:
-            ids: set[str] = set()
-            for line in read_bytes(meta.path).splitlines():
-                try:
-                    ids.update(t.id for t in IDS.decode(line).traces)
-                except msgspec.DecodeError:
-                    continue  # a blank line; a bad one is reported by the file's own read
-            known = _TRAINED[meta.path] = (stamp, frozenset(ids))
-        found |= known[1]
-    return frozenset(found)
+def _ids(path: str) -> frozenset[str]:
+    ids: set[str] = set()
+    for line in read_bytes(path).splitlines():
+        try:
+            ids.update(t.id for t in IDS.decode(line).traces)
+        except (msgspec.DecodeError, RecursionError):
+            continue  # a blank line; a bad one is reported by the file's own read
+    return frozenset(ids)
+
+
+_RUNS: dict[str, _Trained] = {}  # rollouts folder -> what its effective/ files hold
+_RUNS_LOCK = threading.Lock()    # a local run reads files on several threads
+
+
+def _trained_ids(rollouts: str) -> frozenset[str]:
+    """The ids of the traces any `effective/` file of the run holds: the trainer was sent them."""
+    with _RUNS_LOCK:
+        return _RUNS.setdefault(rollouts, _Trained()).update(rollouts)
 
 
 def _raw_text(raw: msgspec.Raw) -> str | None:
@@ -369,7 +382,7 @@ def read(path: str, columns, options: ReadOptions):
     if found is None:
         raise BadFile(Reason.UNREADABLE_FILE, f"{path}: not a prime-rl step_N/train/{{all,effective}}/traces.jsonl")
     folder_step, subset = int(found.group(2)), found.group(3)
-    trained_ids = _trained_ids(found.group(1), folder_step) if subset == "all" else None
+    trained_ids = _trained_ids(found.group(1)) if subset == "all" else None
     rows = _Rows(columns)
     for number, line in enumerate(data.splitlines(), 1):
         if not line.strip():
