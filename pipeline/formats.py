@@ -10,7 +10,6 @@ from __future__ import annotations
 from rollout_relabel.transforms.lib.errors import UsageError
 from rollout_relabel.transforms.lib.io import formats
 
-
 RESCORING_FLAGS = ("--reward-fn", "--rm-url", "--reward-model")
 
 

@@ -52,7 +52,7 @@ def skyrl_names():
             sys.modules[name] = types.ModuleType(name)
             added.append(name)
     leaf = sys.modules[MODULE]
-    leaf._rebuild_tensor_batch = _rebuild_tensor_batch
+    leaf._rebuild_tensor_batch = _rebuild_tensor_batch  # noqa: SLF001 - SkyRL's own (private) name
     leaf.TrainingInputBatch = TrainingInputBatch
     try:
         yield

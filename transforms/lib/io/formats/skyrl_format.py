@@ -84,10 +84,17 @@ class _Admitted:
 
 
 class _BatchClass:
-    """What SkyRL's `TrainingInputBatch` stands for here: a marker `_rebuild_tensor_batch` expects."""
+    """What SkyRL's `TrainingInputBatch` stands for here: only `_rebuild_tensor_batch` takes it, it is never made.
+    SkyRL before its #1379 pickled a batch as a dict subclass (NEWOBJ of the class, then every tensor again
+    through torch's storage functions): such a file is refused here, at the class."""
     __slots__ = ()
 
-    def __setstate__(self, state):
+    def __new__(cls, *args, **kwargs):
+        raise _Refused("TrainingInputBatch is made without _rebuild_tensor_batch (a batch pickled before SkyRL's "
+                       "#1379, its tensors through torch's storage functions)")
+
+    @staticmethod
+    def __setstate__(state):
         raise _Refused("BUILD on the batch class")
 
 
@@ -102,7 +109,7 @@ class _Batch:
         raise _Refused("BUILD on the batch")
 
 
-_TRAINING_INPUT_BATCH = _BatchClass()
+_TRAINING_INPUT_BATCH = _BatchClass
 
 
 def _rebuild(cls, state):
@@ -138,9 +145,9 @@ class _Unpickler(pickle.Unpickler):
         raise _Refused("a persistent id (pickle.dump of a batch writes none)")
 
 
-def load_batch(data) -> dict:
-    """The batch's state from the pickle's bytes (a buffer), or _Refused / another unpickling error."""
-    batch = _Unpickler(io.BytesIO(data)).load()
+def load_batch(source) -> dict:
+    """The batch's state from the pickle's bytes or a binary file, or _Refused / another unpickling error."""
+    batch = _Unpickler(io.BytesIO(source) if isinstance(source, (bytes, bytearray)) else source).load()
     if not isinstance(batch, _Batch):
         raise ValueError(f"the pickle holds a {type(batch).__name__}, not a SkyRL TrainingInputBatch")
     return batch.state
@@ -315,11 +322,16 @@ def _text(error: BaseException) -> str:
 
 
 def _read_batch(path: str, raw: bytes | None, columns) -> tuple[pa.Table, dict]:
-    data = raw if raw is not None else read_bytes(path)
-    if not data:
+    if (raw is not None and not raw) or (raw is None and _local_size(path) == 0):
         raise BadFile(Reason.EMPTY_FILE, f"{path}: file is empty (0 bytes)")
     try:
-        state = load_batch(data)
+        if raw is not None:
+            state = load_batch(raw)
+        else:  # read as the unpickler goes: the tensors' bytes are not held twice
+            with open(path, "rb") as handle:
+                state = load_batch(handle)
+    except OSError as error:
+        raise BadFile(Reason.UNREADABLE_FILE, f"{path}: cannot be read: {error}") from error
     except _Refused as error:
         raise BadFile(Reason.UNSAFE_PICKLE, f"{path}: refused: {error}; unpickling it could run code") from error
     except (pickle.UnpicklingError, EOFError, ValueError, TypeError, KeyError, IndexError, AttributeError,
@@ -330,6 +342,13 @@ def _read_batch(path: str, raw: bytes | None, columns) -> tuple[pa.Table, dict]:
     if columns is not None:
         table = table.select([c for c in table.column_names if c in columns])
     return table, {"step": step, "prompt_group_sizes": None}
+
+
+def _local_size(path: str) -> int:
+    try:
+        return os.stat(path).st_size
+    except OSError as error:
+        raise BadFile(Reason.UNREADABLE_FILE, f"{path}: cannot be read: {error}") from error
 
 
 def read_batch_outcome(path: str, raw: bytes | None = None, columns=None) -> pt_dumps.DumpOutcome:
@@ -347,11 +366,7 @@ def read(path: str, columns, options: ReadOptions) -> tuple[pa.Table, dict]:
     raw = None if "://" not in path else read_bytes(path)
     if multiprocessing.current_process().daemon:
         return read_batch(path, raw, columns)
-    try:
-        size = len(raw) if raw is not None else os.stat(path).st_size
-    except OSError as error:
-        raise BadFile(Reason.UNREADABLE_FILE, f"{path}: cannot be read: {error}") from error
-    seconds, memory = pt_dumps.bounds(size)
+    seconds, memory = pt_dumps.bounds(len(raw) if raw is not None else _local_size(path))
     try:
         return processes_pool.run(max(1, options.processes), read_batch_outcome, path, raw, columns,
                                   seconds=seconds, memory=memory).unwrap()

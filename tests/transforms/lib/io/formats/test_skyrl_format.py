@@ -134,6 +134,24 @@ def test_another_class_of_skyrls_module_is_refused(tmp_path):
     expect_bad(path, Reason.UNSAFE_PICKLE, "TrainingOutputBatch")
 
 
+def test_a_batch_pickled_before_rebuild_tensor_batch_is_refused(tmp_path):
+    """SkyRL before its #1379: the batch a dict subclass, its tensors pickled by torch as well."""
+    class TrainingInputBatch(dict):
+        def __getstate__(self):
+            return self.state
+
+    TrainingInputBatch.__module__, TrainingInputBatch.__qualname__ = MODULE, "TrainingInputBatch"
+    import torch
+
+    old = TrainingInputBatch({"sequences": torch.zeros(2, 3, dtype=torch.int64)})
+    old.state = batch_state(GROUPS)
+    path = tmp_path / "global_step_1_training_input.pkl"
+    with skyrl_names():
+        sys.modules[MODULE].TrainingInputBatch = TrainingInputBatch
+        path.write_bytes(pickle.dumps(old))
+    expect_bad(path, Reason.UNSAFE_PICKLE, "before SkyRL's #1379")
+
+
 def test_build_on_an_admitted_name_is_refused():
     """BUILD (setstate) on what find_class hands out would write into it for every later load."""
     stream = io.BytesIO()
