@@ -35,7 +35,7 @@ import pyarrow as pa
 from rollout_relabel.transforms.core.reasons import Reason
 from rollout_relabel.transforms.lib.errors import BadFile, printable
 from rollout_relabel.transforms.lib.io import pt_dumps, safe_pickle
-from rollout_relabel.transforms.lib.io.formats.format import Format, ReadOptions, planned_by_name, read_bytes
+from rollout_relabel.transforms.lib.io.formats.format import Format, ReadOptions, planned_by_name, read_bytes, tail
 from rollout_relabel.transforms.lib.worker import processes as processes_pool
 
 PATTERN = re.compile(r"(?:^|/)global_step_(-?\d+)_training_input\.pkl$")
@@ -374,8 +374,15 @@ def read(path: str, columns, options: ReadOptions) -> tuple[pa.Table, dict]:
         raise BadFile(Reason.FILE_TOO_COSTLY if lost.costly else Reason.UNREADABLE_FILE, f"{path}: {lost}") from lost
 
 
+def ends_whole(handle, size: int) -> bool:
+    """A pickle ends with its STOP opcode (`.`): SkyRL writes the file in place, so `relabel watch` waits for it.
+    (A pause right after a `.` byte inside the data passes this check; the stable size still has to hold.)"""
+    return tail(handle, size, 1) == pickle.STOP
+
+
 FORMAT = Format("skyrl", matches=matches, read=read, plan=planned_by_name(step_from_name),
-                step_from_name=step_from_name, reads_on_processes=True, stored_advantage="skyrl_advantage",
+                step_from_name=step_from_name, reads_on_processes=True, ends_whole=ends_whole,
+                stored_advantage="skyrl_advantage",
                 no_rescoring="SkyRL's batch holds no rewards and no text to score: its own advantages pass "
                              "through (docs/formats.md, SkyRL)",
                 preset=("--column=reward=skyrl_advantage", "--semantics=group-index", "--estimator=none"))

@@ -217,3 +217,9 @@ def test_a_torch_blob_holding_no_tensor(tmp_path):
     expect_bad(write_batch(tmp_path, 1, state), Reason.UNREADABLE_FILE, "returns", "not a tensor")
     state["batch_dict"]["returns"] = {"format": "torch", "data": b"PK\x03\x04 truncated"}
     expect_bad(write_batch(tmp_path, 2, state), Reason.UNREADABLE_FILE, "returns")
+
+
+def test_a_file_ends_whole_at_its_stop_opcode(tmp_path):
+    data = open(write_batch(tmp_path, 1, batch_state(GROUPS)), "rb").read()
+    assert skyrl_format.ends_whole(io.BytesIO(data), len(data))
+    assert not skyrl_format.ends_whole(io.BytesIO(data), len(data) - 1)  # the head of a file still being written
