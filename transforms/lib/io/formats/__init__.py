@@ -25,6 +25,7 @@ from rollout_relabel.transforms.lib.io.formats import (
     pt_format,
     rllm_format,
     roll_format,
+    skyrl_format,
     slime_format,
     trl_format,
     verl_format,
@@ -47,6 +48,7 @@ FORMATS: tuple[Format, ...] = (
     nemo_rl_format.FORMAT,
     trl_format.FORMAT,
     rllm_format.FORMAT,  # its own pattern (`.json` under train_step_N_epoch_E/): no other row claims it
+    skyrl_format.FORMAT,  # its own pattern (`global_step_N_training_input.pkl`): no other row claims it
 )
 
 __all__ = ["FORMATS", "Footer", "Format", "ReadOptions", "by_name", "companions", "detect", "format_of",
