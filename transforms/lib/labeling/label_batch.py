@@ -276,8 +276,9 @@ def _without_not_trained(batch: _Rows, prompt_group_sizes, labeling: Labeling, d
     why = batch.slim.column(name)
     out = np.asarray(why.is_valid())
     bounds = batch.bounds
-    kept = [(source, table.filter(pa.array(~out[bounds[k]:bounds[k + 1]])).drop_columns([name]))
-            for k, (source, table) in enumerate(batch.parts)]
+    # a part whose rows all trained has no such column (extract_slim writes none): only the batch has it
+    kept = [(source, table.filter(pa.array(~out[bounds[k]:bounds[k + 1]])).drop_columns(
+        [c for c in (name,) if c in table.column_names])) for k, (source, table) in enumerate(batch.parts)]
     result = label_batch(batch.key, kept, prompt_group_sizes, labeling, device)
     gone = np.flatnonzero(out)
     if not len(gone):
