@@ -53,6 +53,7 @@ from rollout_relabel.transforms.write_difficulty_table import WriteDifficultyTab
 TABLE_NAME = "part-00000.parquet"  # the Parquet output's one table file (the rename is its commit)
 KEPT_NAME = "kept.parquet"         # --keep's default file in a Parquet output
 DELTA_LOG = "_delta_log"
+WORK_BYTES = 64 << 20  # stored input bytes a work (an element of the pipeline) packs at most
 
 
 @dataclass(frozen=True)
@@ -170,8 +171,7 @@ def _into(parsed: Parsed, settings: DifficultySettings, runs: list[RunInput], ke
         table = read_table(settings, existing)
         counts = {}
     else:
-        works = [Work(run.name, run.kind, run.labeling, tuple(group))
-                 for run in new for group in plan(run)]
+        works = [work for run in new for work in run_works(run)]
         if existing is not None:
             works.insert(0, Work("", EXISTING, settings.labeling, tuple(existing[1])))
         staging, name = staging_place(settings, record)
@@ -281,6 +281,28 @@ def _listed(path: str, listed: dict) -> InputFile:
     if meta is None:
         raise UsageError(f"{path}: a file of the Delta table is missing")
     return InputFile(path, "", int(meta.size_in_bytes), float(meta.last_updated_in_seconds))
+
+
+def run_works(run: RunInput) -> list[Work]:
+    """The run's elements of the pipeline: its groups (plan) packed in order into works of up to
+    WORK_BYTES of input each (a larger group is a work of its own). The runner pays per element, and a
+    work reads its next file while it labels one; a large run still spreads over several works."""
+    works: list[Work] = []
+    packed: list[list] = []
+    for group in plan(run):
+        size = sum(f.size for f in group)
+        if packed and sum(f.size for g in packed for f in g) + size > WORK_BYTES:
+            works.append(_work(run, packed))
+            packed = []
+        packed.append(group)
+    if packed:
+        works.append(_work(run, packed))
+    return works
+
+
+def _work(run: RunInput, groups: list[list]) -> Work:
+    return Work(run.name, run.kind, run.labeling, tuple(f for group in groups for f in group),
+                tuple(len(group) for group in groups))
 
 
 def plan(run: RunInput) -> list[list]:

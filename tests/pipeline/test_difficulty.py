@@ -111,6 +111,24 @@ def test_the_same_inputs_give_the_same_bytes(runs, tmp_path):
     assert (tmp_path / "a" / TABLE).read_bytes() == (tmp_path / "b" / TABLE).read_bytes()
 
 
+def test_a_runs_groups_are_packed_into_works_and_the_table_does_not_depend_on_the_packing(runs, tmp_path,
+                                                                                          monkeypatch):
+    from rollout_relabel.pipeline import difficulty as command
+    from rollout_relabel.transforms.lib.difficulty.difficulty_settings import DifficultySettings
+
+    (run,) = command.resolve_runs(DifficultySettings((str(runs / "run-1"),), str(tmp_path / "t")))
+    groups = command.plan(run)
+    assert len(groups) == SPEC.steps
+    (work,) = command.run_works(run)  # a small run: one element
+    assert work.entries == tuple(f for g in groups for f in g) and work.group_sizes == tuple(map(len, groups))
+    inputs = (runs / "run-1", runs / "dumps")
+    run_cli("difficulty", "--input", *inputs, "--output", tmp_path / "packed", "--by", "step")
+    monkeypatch.setattr(command, "WORK_BYTES", 1)  # every group a work of its own
+    assert [w.group_sizes for w in command.run_works(run)] == [(len(g),) for g in groups]
+    run_cli("difficulty", "--input", *inputs, "--output", tmp_path / "apart", "--by", "step")
+    assert (tmp_path / "packed" / TABLE).read_bytes() == (tmp_path / "apart" / TABLE).read_bytes()
+
+
 def test_a_run_whose_input_changed_is_refused_and_overwrite_rebuilds(runs, tmp_path):
     import shutil
     run = tmp_path / "run-1"

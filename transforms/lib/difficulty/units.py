@@ -9,7 +9,9 @@ rows a `relabel run` wrote carry the flag already: their units are read, not rec
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator
+import itertools
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
@@ -42,11 +44,20 @@ COUNTS = ("files", "files_unreadable", "rows_in", "rows_dead", "units", "units_w
 
 @dataclass(frozen=True)
 class Work:
-    """One element of the stage: files of one run that share no batch with the run's other files."""
+    """One element of the stage: groups of one run's files, each group sharing no batch with the run's
+    other files (a batch never spans two groups, so each group is labelled alone)."""
     run: str
     kind: str  # settings.ROLLOUTS, TRAINING_ROWS or EXISTING (the rows of the table being added to)
     labeling: Labeling
     entries: tuple[InputFile, ...]
+    group_sizes: tuple[int, ...] = ()  # how many of `entries` each group holds, in order; () is one group
+
+    def groups(self) -> list[tuple[InputFile, ...]]:
+        sizes = self.group_sizes or (len(self.entries),)
+        if sum(sizes) != len(self.entries):
+            raise ValueError(f"group sizes {sizes} do not add up to the {len(self.entries)} files of run {self.run}")
+        bounds = np.cumsum((0, *sizes)).tolist()
+        return [self.entries[start:stop] for start, stop in zip(bounds[:-1], bounds[1:])]
 
 
 @dataclass
@@ -70,7 +81,6 @@ def tally_states(work: Work, settings: DifficultySettings, device: str = "cpu") 
     units: list[tuple[str, np.ndarray]] = []  # (source, its unit rows)
     labeling = work.labeling if work.kind != TRAINING_ROWS else dataclasses.replace(work.labeling, batch_from="file")
     columns = _columns(labeling, settings, training_rows=work.kind == TRAINING_ROWS)
-    buckets = Buckets()
 
     def read(entry):
         table, metadata = read_input(entry, columns, settings.max_file_bytes)
@@ -81,33 +91,51 @@ def tally_states(work: Work, settings: DifficultySettings, device: str = "cpu") 
                 table = table.append_column(TOKENS_COLUMN, tokens.column(TOKENS_COLUMN))
         return table, metadata
 
-    for item in read_slim(work.entries, read, labeling):
-        counts["files"] += 1
-        if isinstance(item, Unreadable):
-            counts["files_unreadable"] += 1
-            continue
-        try:
-            files[item.source] = _file_units(item.table, item.metadata, item.parts, item.source, labeling,
-                                             settings.prompt_key)
-            if work.kind == TRAINING_ROWS:
-                units.append((item.source, _marked_units(item.table, item.parts, item.source)))
-        except BadFile:
-            counts["files_unreadable"] += 1
-            files.pop(item.source, None)
-            continue
-        counts["rows_in"] += item.table.num_rows
-        if work.kind != TRAINING_ROWS:
-            buckets.add(item)
-    for batch_key, parts, sizes in buckets.in_order():
-        batch = label_batch(batch_key, parts, sizes, labeling, device)
-        counts["rows_dead"] += batch.dead.num_rows
-        for source, result in batch.results.items():
-            mainstream = np.asarray(result.column(MAINSTREAM).to_numpy(zero_copy_only=False), dtype=bool)
-            units.append((source, np.asarray(result.column("row"))[mainstream]))
+    def slimmed(entry):
+        return next(read_slim((entry,), read, labeling))
+
+    # while one file is labelled, the next is read and slimmed on a second thread: pyarrow decodes without
+    # the GIL, so a local run (one thread of Beam's) decodes on another core meanwhile
+    with ThreadPoolExecutor(1, thread_name_prefix="read-ahead") as pool:
+        items = _one_ahead(work.entries, slimmed, pool)
+        for group in work.groups():
+            buckets = Buckets()
+            for item in itertools.islice(items, len(group)):
+                counts["files"] += 1
+                if isinstance(item, Unreadable):
+                    counts["files_unreadable"] += 1
+                    continue
+                try:
+                    files[item.source] = _file_units(item.table, item.metadata, item.parts, item.source, labeling,
+                                                     settings.prompt_key)
+                    if work.kind == TRAINING_ROWS:
+                        units.append((item.source, _marked_units(item.table, item.parts, item.source)))
+                except BadFile:
+                    counts["files_unreadable"] += 1
+                    files.pop(item.source, None)
+                    continue
+                counts["rows_in"] += item.table.num_rows
+                if work.kind != TRAINING_ROWS:
+                    buckets.add(item)
+            for batch_key, parts, sizes in buckets.in_order():
+                batch = label_batch(batch_key, parts, sizes, labeling, device)
+                counts["rows_dead"] += batch.dead.num_rows
+                for source, result in batch.results.items():
+                    mainstream = np.asarray(result.column(MAINSTREAM).to_numpy(zero_copy_only=False), dtype=bool)
+                    units.append((source, np.asarray(result.column("row"))[mainstream]))
     tallied = _tallies(work.run, files, units, settings, counts)
     if tallied is not None:
         yield tallied
     yield counts
+
+
+def _one_ahead(entries: Sequence[InputFile], fn: Callable, pool: ThreadPoolExecutor) -> Iterator:
+    """fn(entry) for each entry in order, the next entry's computed on the pool's thread meanwhile."""
+    ahead: Future | None = None
+    for i, entry in enumerate(entries):
+        current = ahead if ahead is not None else pool.submit(fn, entry)
+        ahead = pool.submit(fn, entries[i + 1]) if i + 1 < len(entries) else None
+        yield current.result()
 
 
 def tally_work(work: Work, settings: DifficultySettings, device: str = "cpu"

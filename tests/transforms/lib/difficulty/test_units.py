@@ -96,6 +96,46 @@ def test_a_file_without_any_prompt_is_left_out_and_counted(tmp_path):
     assert found == {} and counts["files_unreadable"] == 1
 
 
+def write_step_files(folder, rows):
+    """One Parquet file a row dict: each at step 3, prompt group 0, rollout 1, prompt "p"."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, row in rows.items():
+        pq.write_table(pa.table({"step": [3], "group_index": [0], "rollout_id": [1], "prompt": ["p"], **row}),
+                       folder / name)
+    return tuple(expand_inputs([str(folder)], str(folder.parent / "out")))
+
+
+def test_a_works_groups_are_labelled_alone_each_in_its_own_batches(tmp_path):
+    # both files hold step 3: as one group they are one batch, where rollout 1 of group 0 is one unit (its
+    # most trainable row: b's, reward 0); as two groups, each file is a batch of its own with a unit each
+    entries = write_step_files(tmp_path / "run", {"a.parquet": {"reward": [1.0], "response_length": [2]},
+                                                  "b.parquet": {"reward": [0.0], "response_length": [5]}})
+    settings = DifficultySettings(("in",), "out")
+
+    def p_counts(work):
+        found = list(tally_work(work, settings))
+        counts = found.pop()
+        return found_counts(dict(found), "p"), counts["files"], counts["units"]
+
+    assert p_counts(Work("run", ROLLOUTS, Labeling(), entries)) == ((1, 0), 2, 1)
+    assert p_counts(Work("run", ROLLOUTS, Labeling(), entries, (2,))) == ((1, 0), 2, 1)
+    assert p_counts(Work("run", ROLLOUTS, Labeling(), entries, (1, 1))) == ((2, 1), 2, 2)
+    with pytest.raises(ValueError, match="do not add up"):
+        Work("run", ROLLOUTS, Labeling(), entries, (1,)).groups()
+
+
+def test_files_are_read_ahead_in_order_and_an_unreadable_one_between_is_counted(tmp_path):
+    entries = write_step_files(tmp_path / "run", {"a.parquet": {"reward": [1.0]}, "c.parquet": {"reward": [0.0]}})
+    (tmp_path / "run" / "b.parquet").write_bytes(b"not parquet")
+    entries = tuple(expand_inputs([str(tmp_path / "run")], str(tmp_path / "out")))
+    assert [e.path.rsplit("/", 1)[-1] for e in entries] == ["a.parquet", "b.parquet", "c.parquet"]
+    settings = DifficultySettings(("in",), "out")
+    found = list(tally_work(Work("run", ROLLOUTS, Labeling(), entries, (1, 1, 1)), settings))
+    counts = found.pop()
+    assert found_counts(dict(found), "p") == (2, 1)
+    assert (counts["files"], counts["files_unreadable"], counts["rows_in"]) == (3, 1, 2)
+
+
 def test_settings_refuse_filters_and_bad_values():
     with pytest.raises(ValueError, match="--drop-uniform-groups"):
         DifficultySettings(("in",), "out", labeling=dataclasses.replace(Labeling(), drop_uniform_groups=True))
