@@ -9,7 +9,6 @@ rows a `relabel run` wrote carry the flag already: their units are read, not rec
 from __future__ import annotations
 
 import dataclasses
-import itertools
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
@@ -91,16 +90,20 @@ def tally_states(work: Work, settings: DifficultySettings, device: str = "cpu") 
                 table = table.append_column(TOKENS_COLUMN, tokens.column(TOKENS_COLUMN))
         return table, metadata
 
-    def slimmed(entry):
-        return next(read_slim((entry,), read, labeling))
-
-    # while one file is labelled, the next is read and slimmed on a second thread: pyarrow decodes without
+    # while one file is slimmed and labelled, the next is read on a second thread: pyarrow decodes without
     # the GIL, so a local run (one thread of Beam's) decodes on another core meanwhile
     with ThreadPoolExecutor(1, thread_name_prefix="read-ahead") as pool:
-        items = _one_ahead(work.entries, slimmed, pool)
+        reads = _one_ahead(work.entries, read, pool)
+
+        def read_next(entry: InputFile) -> tuple[pa.Table, dict]:
+            planned, found = next(reads)
+            if planned is not entry:
+                raise RuntimeError(f"{entry.path} was read out of its work's order")
+            return found.result()
+
         for group in work.groups():
             buckets = Buckets()
-            for item in itertools.islice(items, len(group)):
+            for item in read_slim(group, read_next, labeling):
                 counts["files"] += 1
                 if isinstance(item, Unreadable):
                     counts["files_unreadable"] += 1
@@ -129,13 +132,15 @@ def tally_states(work: Work, settings: DifficultySettings, device: str = "cpu") 
     yield counts
 
 
-def _one_ahead(entries: Sequence[InputFile], fn: Callable, pool: ThreadPoolExecutor) -> Iterator:
-    """fn(entry) for each entry in order, the next entry's computed on the pool's thread meanwhile."""
+def _one_ahead(entries: Sequence[InputFile], fn: Callable, pool: ThreadPoolExecutor
+               ) -> Iterator[tuple[InputFile, Future]]:
+    """(entry, the future of fn(entry)) for each entry in order; the next entry's is computed on the pool's
+    thread while the caller waits on, and works with, this one."""
     ahead: Future | None = None
     for i, entry in enumerate(entries):
         current = ahead if ahead is not None else pool.submit(fn, entry)
         ahead = pool.submit(fn, entries[i + 1]) if i + 1 < len(entries) else None
-        yield current.result()
+        yield entry, current
 
 
 def tally_work(work: Work, settings: DifficultySettings, device: str = "cpu"
