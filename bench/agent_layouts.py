@@ -1,6 +1,6 @@
 """Reading the agent frameworks' layouts: each at ROWS training rows against the same rows as Parquet.
 
-    python -m bench.agent_layouts [--rows 10000] [--rounds 3]
+    python -m bench.agent_layouts [--rows 10000] [--rounds 3] [--layouts prime-rl roll]
 
 For each layout (rLLM's episode JSON files, ROLL's step JSONL files, SkyRL's pickled training batches,
 prime-rl's traces.jsonl) the bench writes ROWS rows in the framework's layout, reads them once through the
@@ -216,11 +216,15 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=10_000)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--layouts", nargs="+", choices=list(TARGETS), default=list(TARGETS),
+                        help="the layouts to read (default: all)")
     args = parser.parse_args(argv)
     failed = False
     with tempfile.TemporaryDirectory(prefix="bench-agent-layouts-") as root:
         for name, write in (("rllm", write_rllm), ("roll", write_roll), ("skyrl", write_skyrl),
                             ("prime-rl", write_prime_rl)):
+            if name not in args.layouts:
+                continue
             layout = write(os.path.join(root, name), args.rows)
             parquet = as_parquet(layout, os.path.join(root, f"{name}-parquet"))
             times: dict[str, list[float]] = {"layout": [], "parquet": []}
