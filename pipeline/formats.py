@@ -10,11 +10,13 @@ from __future__ import annotations
 from rollout_relabel.transforms.lib.errors import UsageError
 from rollout_relabel.transforms.lib.io import formats
 
+RESCORING_FLAGS = ("--reward-fn", "--rm-url", "--reward-model")
+
 
 def expand_format(argv: list[str], command: str | None = None) -> list[str]:
     """argv with `--format X` replaced by the preset's flags, placed first (the command line wins); for
     `compare`, a preset with a stored advantage adds `--a column:NAME` (a later --a wins)."""
-    rest, presets, i = [], [], 0
+    rest, presets, refusals, i = [], [], [], 0
     while i < len(argv):
         token = argv[i]
         if token == "--format" or token.startswith("--format="):
@@ -28,11 +30,17 @@ def expand_format(argv: list[str], command: str | None = None) -> list[str]:
             if found is None or not found.preset:
                 raise UsageError(f"--format {name!r}: expected one of {', '.join(formats.preset_names())}")
             presets += found.preset
+            if found.no_rescoring is not None:
+                refusals.append((name, found.no_rescoring))
             if command == "compare" and found.stored_advantage is not None:
                 presets.append(f"--a=column:{found.stored_advantage}")
             continue
         rest.append(token)
         i += 1
+    rescoring = next((t.split("=", 1)[0] for t in rest if t.split("=", 1)[0] in RESCORING_FLAGS), None)
+    if rescoring is not None and refusals:
+        name, why = refusals[0]
+        raise UsageError(f"--format {name} cannot take {rescoring}: {why}")
     # a --column of the command line (or of a run config) replaces the preset's for the same NAME
     given = {_column_name(rest[j], rest[j + 1] if j + 1 < len(rest) else "") for j in range(len(rest))} - {None}
     presets = [flag for flag in presets if _column_name(flag, "") not in given]

@@ -53,7 +53,7 @@ def build(p: beam.Pipeline, settings: RunSettings, files: list[InputFile], group
         for tag, collection in _shuffle_path(p, settings, shared).items():
             outputs[tag].append(collection)
 
-    kinds = [DEAD, FILTERED] if settings.labeling.filters_rows else [DEAD]
+    kinds = [DEAD, FILTERED]  # filtered rows come from options and from presets (not-trained rows)
     records = [outputs[kind]
                | f"Flatten{kind.title()}Records" >> beam.Flatten()
                | f"Mark{kind.title()}Records" >> beam.Map(ExcludedRows, kind) for kind in kinds]

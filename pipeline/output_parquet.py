@@ -21,6 +21,7 @@ from rollout_relabel.pipeline.local_threads import (
 )
 from rollout_relabel.pipeline.parse import Parsed
 from rollout_relabel.pipeline.runner_checks import RunnerCheck, check_runner
+from rollout_relabel.transforms.core.estimators import Estimator
 from rollout_relabel.transforms.core.reasons import Reason
 from rollout_relabel.transforms.lib.errors import ExitCode, UsageError
 from rollout_relabel.transforms.lib.io import filesystem, formats
@@ -60,7 +61,7 @@ class RunOutcome:
             c = self.manifest["counts"]
             run = self.manifest["run"]
             lines += [
-                f"semantics   {run['semantics']}, estimator {run['estimator']}"
+                f"semantics   {run['semantics']}, estimator {run['estimator']}{passed_through(run)}"
                 f", std {'on' if run['std_normalization'] else 'off'}; {contract_version(run)}",
                 f"files       {c['files']} read ({c['files_unreadable']} unreadable)",
                 f"rows        {c['rows_in']} in = {c['rows_out']} written + {c['rows_dead']} dead + "
@@ -89,6 +90,16 @@ class RunOutcome:
                              + f"  -> {where}")
             lines.append(f"output      {self.output}")
         return "\n".join(lines)
+
+
+def passed_through(run: dict) -> str:
+    """For an estimator that passes the reward through: which column each row's advantage is (a framework's
+    own advantage, under `--format skyrl`), said as such."""
+    if not Estimator(run["estimator"]).facts.passes_through:
+        return ""
+    source = next((c.split("=", 1)[1] for c in run.get("columns") or () if c.startswith("reward=")),
+                  run.get("reward_key") or "reward")
+    return f" (each row's advantage is its {source}, passed through)"
 
 
 def contract_version(run: dict) -> str:

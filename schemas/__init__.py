@@ -31,10 +31,12 @@ INPUT_COLUMNS = (
     InputColumn("loss_mask", pa.list_(pa.int32()), False, "absent/null: all ones of length response_length"),
     InputColumn("remove_sample", pa.bool_(), False, "absent/null: false"),
     InputColumn("status", pa.string(), False, "absent/null: not truncated"),
+    InputColumn("not_trained", pa.string(), False,
+                "absent/null: trained; text: why the framework never trained on the row (filtered, not-trained)"),
 )
 # What the advantage computation reads (the slim path); everything else is only read by the writer.
 SLIM_INPUT_COLUMNS = ("reward", "step", "group_index", "index", "rollout_id",
-                      "response_length", "loss_mask", "remove_sample")
+                      "response_length", "loss_mask", "remove_sample", "not_trained")
 
 # Columns the pipeline adds to every training row (loss_mask is replaced in place).
 TRAINING_COLUMNS = pa.schema([
@@ -70,12 +72,16 @@ SLIM_GROUP_TEXT = pa.field("group_text", pa.string())
 SLIM_ROLLOUT_TEXT = pa.field("rollout_text", pa.string())
 # `relabel compare --a column:NAME`: the advantage the input stores (null where absent or not a number)
 SLIM_STORED_ADVANTAGE = pa.field("stored_advantage", pa.float64())
+# A row its framework never trained on (a preset's reader names why: a padding row, an errored trace): it leaves
+# its batch before grouping, as a filtered row (label_batch.py). Present only when some row has one.
+SLIM_NOT_TRAINED = pa.field("not_trained", pa.string())
 # Under a turn-level estimator: the row's reward was null, read as a step reward of 0 (counted in the manifest)
 SLIM_NULL_REWARD = pa.field("null_reward", pa.bool_())
 
 
 def slim_schema(reward_parts: bool = False, group_text: bool = False, rollout_text: bool = False,
-                stored_advantage: bool = False, read: tuple[pa.Field, ...] = ()) -> pa.Schema:
+                stored_advantage: bool = False, read: tuple[pa.Field, ...] = (),
+                not_trained: bool = False) -> pa.Schema:
     """SLIM, then the optional columns present: `read`, the fields of the columns the options read."""
     schema = SLIM
     if reward_parts:
@@ -86,6 +92,8 @@ def slim_schema(reward_parts: bool = False, group_text: bool = False, rollout_te
         schema = schema.append(SLIM_ROLLOUT_TEXT)
     if stored_advantage:
         schema = schema.append(SLIM_STORED_ADVANTAGE)
+    if not_trained:
+        schema = schema.append(SLIM_NOT_TRAINED)
     for field in read:
         schema = schema.append(field)
     return schema

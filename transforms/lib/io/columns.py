@@ -20,6 +20,7 @@ from rollout_relabel.transforms.lib.hooks.sample_core import ill_typed_text
 INTEGER_COLUMNS = ("step", "group_index", "index", "rollout_id", "response_length")
 # Keys: integers, or any value that can be told apart as text (a uid, a task id, the prompt itself)
 KEY_COLUMNS = ("group_index", "index", "rollout_id")
+TEXT_COLUMNS = ("status", "not_trained")
 INT64_MAX = 2 ** 63 - 1
 
 
@@ -68,10 +69,10 @@ def usable_columns(table, source, problem, details):
             expected = "a list of integers"
         elif name == "remove_sample" and not pa.types.is_boolean(column.type):
             expected = "booleans"
-        elif name == "status" and pa.types.is_dictionary(column.type) and _is_text(column.type.value_type):
+        elif name in TEXT_COLUMNS and pa.types.is_dictionary(column.type) and _is_text(column.type.value_type):
             table = table.set_column(table.column_names.index(name), name, pc.cast(column, pa.string()))
             continue
-        elif name == "status" and not _is_text(column.type):
+        elif name in TEXT_COLUMNS and not _is_text(column.type):
             expected = "strings"
         if expected:
             if name == "step":

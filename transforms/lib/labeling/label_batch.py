@@ -25,7 +25,8 @@ from rollout_relabel.transforms.lib.settings import Labeling
 class BatchResult:
     results: dict[str, pa.Table]          # source -> RESULT rows that will be written
     dead: pa.Table                        # DEAD_LETTERS rows
-    filtered: pa.Table                    # DEAD_LETTERS rows with a filter reason (stale, metric-band, uniform-group)
+    filtered: pa.Table                    # DEAD_LETTERS rows with a filter reason (not-trained, stale, metric-band,
+                                          # uniform-group)
     counters: BatchCounts
 
 
@@ -67,6 +68,8 @@ def label_batch(batch_key: str, parts: list[tuple[str, pa.Table]], prompt_group_
     Row order is (source, row): parts sorted by source, each part's rows in file order.
     """
     batch = _Rows.of(batch_key, parts)
+    if schemas.SLIM_NOT_TRAINED.name in batch.slim.column_names:
+        return _without_not_trained(batch, prompt_group_sizes, labeling, device)
     _flag_duplicate_rows(batch)
     if not labeling.reads_turns and "null_reward" in batch.slim.column_names:
         # read for a turn-level labeling (relabel compare's other side): a null reward is a problem here
@@ -263,6 +266,31 @@ def _without_malformed(batch: _Rows, malformed: np.ndarray, labeling: Labeling, 
     counters = dataclasses.replace(result.counters, rows=result.counters.rows + len(bad),
                                    rows_dead=result.counters.rows_dead + len(bad))
     return BatchResult(result.results, dead.take(order), result.filtered, counters)
+
+
+def _without_not_trained(batch: _Rows, prompt_group_sizes, labeling: Labeling, device) -> BatchResult:
+    """Rows their framework wrote but never trained on (a preset's reader says why in `not_trained`: a padding
+    row, an errored trace) leave the batch before anything is grouped or checked: they are no rollout of any
+    prompt group, so neither their rewards nor their problems reach a group; each is a filtered row."""
+    name = schemas.SLIM_NOT_TRAINED.name
+    why = batch.slim.column(name)
+    out = np.asarray(why.is_valid())
+    bounds = batch.bounds
+    # a part whose rows all trained has no such column (extract_slim writes none): only the batch has it
+    kept = [(source, table.filter(pa.array(~out[bounds[k]:bounds[k + 1]])).drop_columns(
+        [c for c in (name,) if c in table.column_names])) for k, (source, table) in enumerate(batch.parts)]
+    result = label_batch(batch.key, kept, prompt_group_sizes, labeling, device)
+    gone = np.flatnonzero(out)
+    if not len(gone):
+        return result
+    texts = why.take(pa.array(gone)).to_pylist()
+    own = records(batch.key, [batch.source_of(i) for i in gone], batch.rows[gone], [Reason.NOT_TRAINED] * len(gone),
+                  [f"{batch.key}: the framework never trained on this row ({text})" for text in texts])
+    filtered = pa.concat_tables([result.filtered, own])
+    order = pc.sort_indices(filtered, sort_keys=[("source", "ascending"), ("row", "ascending")])
+    counters = dataclasses.replace(result.counters, rows=result.counters.rows + len(gone),
+                                   rows_filtered=result.counters.rows_filtered + len(gone))
+    return BatchResult(result.results, result.dead, filtered.take(order), counters)
 
 
 def core_input_from_slim(slim: pa.Table, batch_ids: np.ndarray, prompt_group_sizes: list, problem: np.ndarray,

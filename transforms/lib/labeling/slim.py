@@ -112,6 +112,7 @@ def extract_slim(table: pa.Table, source: str, labeling: Labeling | str | None =
         "stored_advantage": stored,
         # a turn estimator's null step rewards, read as 0: counted in the manifest
         "null_reward": pa.array(null_rewards & (problem == 0)) if null_rewards is not None else None,
+        "not_trained": _not_trained(table),
     }
     columns.update((name, column) for name, column in optional.items() if column is not None)
     columns.update((field.name, values if isinstance(values, pa.Array) else pa.array(values, mask=~np.isfinite(values)))
@@ -120,7 +121,8 @@ def extract_slim(table: pa.Table, source: str, labeling: Labeling | str | None =
     read_fields = (tuple(read) + ((schemas.SLIM_NULL_REWARD,) if null_rewards is not None else ())
                    + (correction_columns.SLIM_FIELDS if streams else ()))
     slim = pa.table(columns, schema=schemas.slim_schema(parts is not None, group_text is not None,
-                                                        rollout_text is not None, stored is not None, read_fields))
+                                                        rollout_text is not None, stored is not None, read_fields,
+                                                        optional["not_trained"] is not None))
     return _by_batch(table, source, fields, slim)
 
 
@@ -226,6 +228,15 @@ def _verl_sessions(table: pa.Table):
     has_session = pc.fill_null(pc.match_substring_regex(text, r"_[^_]*_[^_]*$"), False)
     session = pc.if_else(has_session, pc.replace_substring_regex(text, r"_[^_]*$", ""), pa.scalar(None, pa.string()))
     return _placeholder(session), session
+
+
+def _not_trained(table: pa.Table) -> pa.Array | None:
+    """Why the framework never trained on each row (null: it did), as a preset's reader wrote it; None when
+    no row says so (the slim table then has no such column)."""
+    name = schemas.SLIM_NOT_TRAINED.name
+    if name not in table.column_names or table.column(name).null_count == table.num_rows:
+        return None
+    return table.column(name).combine_chunks()
 
 
 def _detail_column(details: dict[int, str], n: int) -> pa.Array:

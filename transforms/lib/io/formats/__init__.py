@@ -21,9 +21,11 @@ from rollout_relabel.transforms.lib.io.formats import (
     miles_format,
     nemo_rl_format,
     parquet_format,
+    prime_rl_format,
     pt_format,
     rllm_format,
     roll_format,
+    skyrl_format,
     slime_format,
     trl_format,
     verl_format,
@@ -37,6 +39,7 @@ FORMATS: tuple[Format, ...] = (
     pt_format.FORMAT,
     parquet_format.FORMAT,
     roll_format.FORMAT,  # rollout_dump_data.step_N.jsonl: before the .jsonl row
+    prime_rl_format.FORMAT,  # step_N/train/{all,effective}/traces.jsonl: before the .jsonl row
     jsonl_format.FORMAT,
     slime_format.FORMAT,
     miles_format.FORMAT,
@@ -45,6 +48,7 @@ FORMATS: tuple[Format, ...] = (
     nemo_rl_format.FORMAT,
     trl_format.FORMAT,
     rllm_format.FORMAT,  # its own pattern (`.json` under train_step_N_epoch_E/): no other row claims it
+    skyrl_format.FORMAT,  # its own pattern (`global_step_N_training_input.pkl`): no other row claims it
 )
 
 __all__ = ["FORMATS", "Footer", "Format", "ReadOptions", "by_name", "companions", "detect", "format_of",

@@ -67,6 +67,8 @@ class Format:
     preset: tuple[str, ...] = ()
     # `relabel compare --format NAME`: the column holding the framework's own advantage (side A's default)
     stored_advantage: str | None = None
+    # why `--format NAME` refuses rescoring (--reward-fn, --rm-url, --reward-model); None: it allows it
+    no_rescoring: str | None = None
     # a folder layout: of every path a listing found, those that are this format's companions (read with
     # its files, or not rollouts at all): never listed as inputs, so nothing is read twice
     companions: Callable[[Sequence[str]], set[str]] | None = None

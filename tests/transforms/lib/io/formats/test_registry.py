@@ -90,6 +90,7 @@ def test_the_source_check_finds_a_suffix_test(tmp_path):
 @pytest.mark.parametrize(("name", "expected"), [
     ("a/b.pt", "pt"), ("b.PTH", "pt"), ("x/y.parquet", "parquet"), ("y.pq", "parquet"), ("z.jsonl", "jsonl"),
     ("z.JSONL.GZ", "jsonl"), ("d/rollout_data/3.pt", "miles-details"), ("d/rollout_data/eval_3.pt", "pt"),
+    ("r/step_2/train/effective/traces.jsonl", "prime-rl"), ("step_2/train/all/traces.jsonl", "prime-rl"),
     ("z.json", None), ("z.gz", None), ("jsonl", None)])
 def test_a_file_is_detected_by_the_first_row_that_claims_it(name, expected):
     found = formats.detect(name)
@@ -101,14 +102,15 @@ def test_an_unknown_file_is_refused_naming_it_and_what_is_read():
         formats.format_of("dir/notes.txt")
     assert refused.value.reason == Reason.UNREADABLE_FILE
     assert refused.value.message == ("dir/notes.txt: unknown file type (expected .pt, .pth, .parquet, .pq, .jsonl, "
-                                     ".jsonl.gz, miles-details files, roll files, rllm files)")
+                                     ".jsonl.gz, miles-details files, roll files, prime-rl files, rllm files, "
+                                     "skyrl files)")
 
 
 def test_every_row_is_named_once_and_a_preset_row_reads_nothing():
     names = [f.name for f in formats.FORMATS]
     assert len(names) == len(set(names))
-    assert formats.preset_names() == ("miles-details", "roll", "slime", "miles", "verl", "areal", "nemo-rl", "trl",
-                                      "rllm")
+    assert formats.preset_names() == ("miles-details", "roll", "prime-rl", "slime", "miles", "verl", "areal", "nemo-rl",
+                                      "trl", "rllm", "skyrl")
     # a preset row reads nothing, unless it reads its framework's own layout (found by its file-name pattern)
     assert all(f.read is None and not f.suffixes for f in formats.FORMATS if f.preset and f.matches is None)
     assert all(f.plan is not None for f in formats.FORMATS if f.read is not None)
