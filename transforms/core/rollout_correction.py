@@ -483,8 +483,8 @@ def _is_weights(xp, b: _Batch, config: CorrectionConfig, weights_dtype: str):
     """The IS weights per trainable token and their metrics. Every weight lies in [0, upper] (the ratio is
     positive; TIS truncates at upper, IcePop zeroes outside its band), so verl's clamp of the weights to
     [0, upper] for their std and effective sample size changes nothing and is not taken."""
-    if config.rollout_is == "token":
-        weights, m = _token_is_weights(xp, b, config)
+    if b.token_is is not None:
+        weights, m = _token_is_weights(b, b.token_is, config)
     else:
         weights, m = _sequence_is_weights(xp, b, config, _stored(config, weights_dtype))
     return xp.astype(weights, weights_dtype), m
@@ -496,8 +496,7 @@ def _stored(config: CorrectionConfig, weights_dtype: str) -> str:
     return "float64" if config.rollout_is_batch_normalize else weights_dtype
 
 
-def _token_is_weights(xp, b: _Batch, config: CorrectionConfig):
-    w = b.token_is
+def _token_is_weights(b: _Batch, w: _TokenWeights, config: CorrectionConfig):
     total_weight = float(w.weight_sum.sum())
     m = {"rollout_is_mean": total_weight / b.total, "rollout_is_max": w.weight_max, "rollout_is_min": w.weight_min,
          "rollout_is_ratio_fraction_high": w.high / b.total, "rollout_is_ratio_fraction_low": w.low / b.total}
@@ -593,8 +592,9 @@ def _rejection(xp, b: _Batch, config: CorrectionConfig):
     trainable token (None when none is rejected), the rejected rows, each row's rejected tokens and the
     metrics. A sequence-level option decides per row: its flags, counts and std are computed per row,
     weighted by the row's token count."""
-    keep_rows = None   # the sequence-level options' verdict per row
-    keep_tokens = None  # the token-level options' verdict per token
+    keep_rows = b.valid | True  # the sequence-level options' verdict per row
+    by_rows = False             # whether a sequence-level option decided any
+    keep_tokens = None          # the token-level options' verdict per token
     metrics: dict = {}
     valid_rows = int(b.valid.sum())
     for option in config.rs:
@@ -607,7 +607,7 @@ def _rejection(xp, b: _Batch, config: CorrectionConfig):
         else:
             per_row = _row_statistic(b, option)
             keep = per_row <= high if low is None else (per_row >= low) & (per_row <= high)
-            keep_rows = keep if keep_rows is None else keep_rows & keep
+            keep_rows, by_rows = keep_rows & keep, True
             m, rejected_row = _row_option_metrics(xp, b, per_row, keep, low, high)
         m["seq_masked_fraction"] = float(rejected_row[b.valid].sum()) / valid_rows
         metrics.update({f"rollout_rs_{option.name}_{k}": v_ for k, v_ in m.items()})
@@ -618,7 +618,7 @@ def _rejection(xp, b: _Batch, config: CorrectionConfig):
         if bool(rejected.any()):
             keep = b.rows.spread(keep_rows) if b.layout is None else b.layout.spread(keep_rows, False)
     else:
-        keep = keep_tokens if keep_rows is None else keep_tokens & b.rows.spread(keep_rows)
+        keep = keep_tokens & b.rows.spread(keep_rows) if by_rows else keep_tokens
         dropped = b.rows.sum(~keep, "int64")
         rejected = dropped > 0
         if b.layout is not None:

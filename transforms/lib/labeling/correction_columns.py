@@ -89,7 +89,8 @@ def read_streams(table: pa.Table, labeling: Labeling, problem: np.ndarray, detai
     old, rollout = (_Stream.read(table, path, what, tokens) for path, what in (
         (labeling.old_logprobs_column, "old logprobs"), (labeling.rollout_logprobs_column, "rollout logprobs")))
     log_ratio = np.empty(rows.total)
-    if old.flat is None or rollout.flat is None:  # every row is flagged
+    old_flat, rollout_flat = old.flat, rollout.flat
+    if old_flat is None or rollout_flat is None:  # every row is flagged
         log_ratio.fill(np.nan)
     else:
         # a run of rows at a time: each run's float64 copies are small (in cache, memory used again)
@@ -97,8 +98,8 @@ def read_streams(table: pa.Table, labeling: Labeling, problem: np.ndarray, detai
             run = slice(tokens.offsets[row_range.start], tokens.offsets[row_range.stop])
             trains = tokens.trains[run]
             every = trains.all()
-            old_values, rollout_values = (np.asarray(s.flat[run] if every else s.flat[run][trains], dtype=np.float64)
-                                          for s in (old, rollout))
+            old_values, rollout_values = (np.asarray(flat[run] if every else flat[run][trains], dtype=np.float64)
+                                          for flat in (old_flat, rollout_flat))
             old.sums[row_range], rollout.sums[row_range] = part.sum(old_values), part.sum(rollout_values)
             np.subtract(old_values, rollout_values, out=log_ratio[trainable])
     for stream in (old, rollout):
@@ -115,19 +116,19 @@ class _Stream:
     path: str
     what: str
     flat: np.ndarray | None  # float32 or float64 per mask token (NaN in rows whose list does not line up)
-    have: np.ndarray | None  # each row's list length, -1 for a null list; None when the column is unusable
+    have: np.ndarray         # each row's list length, -1 for a null list (or an unusable column)
     unusable: tuple | None   # (reason, message) for every row: the column absent or not a list of numbers
     sums: np.ndarray         # float64 per row: the sum over its trainable tokens (NaN until computed)
 
     @classmethod
     def read(cls, table, path, what, tokens: _Tokens) -> _Stream:
-        sums = np.full(table.num_rows, np.nan)
+        sums, absent = np.full(table.num_rows, np.nan), np.full(table.num_rows, -1)
         values, why = lookup_path(table, path, what)
         if values is None:
-            return cls(path, what, None, None, (Reason.MISSING_COLUMN, why), sums)
+            return cls(path, what, None, absent, (Reason.MISSING_COLUMN, why), sums)
         kind = values.type
         if not ((pa.types.is_list(kind) or pa.types.is_large_list(kind)) and is_number(kind.value_type)):
-            return cls(path, what, None, None, (Reason.ILL_TYPED_COLUMN,
+            return cls(path, what, None, absent, (Reason.ILL_TYPED_COLUMN,
                                                 f"{what} {path!r} has type {kind}, not a list of numbers"), sums)
         have = np.where(np.asarray(values.is_valid()), np.asarray(pc.list_value_length(values).fill_null(0)), -1)
         same = have == tokens.lengths
@@ -155,7 +156,7 @@ class _Stream:
         # a sum is finite exactly when every value in it is (inf and NaN propagate; float32 values cannot
         # overflow float64, and logprobs come nowhere near float64's range): values counted only for the others
         suspect = ~np.isfinite(self.sums) & (have == lengths)
-        if suspect.any():
+        if suspect.any() and self.flat is not None:
             bad = rows.sum(~np.isfinite(tokens.trainable(self.flat)), np.int64)
             flag(problem, details, suspect & (bad > 0), Reason.NON_FINITE_LOGPROB,
                  lambda i: f"{what} {path!r} has {bad[i]} null, NaN or infinite values at trainable tokens")
@@ -193,15 +194,17 @@ def correct_rows(slim: pa.Table, rollout: np.ndarray, config: CorrectionConfig) 
     rows = _NP.segments(np.diff(ratio_offsets))
     if rows.total != np.count_nonzero(tokens.trains):  # slim extraction keeps one ratio per trainable token
         raise AssertionError(f"{rows.total} log ratios for {np.count_nonzero(tokens.trains)} trainable tokens")
-    sums = [np.asarray(slim.column(name).to_numpy(), dtype=np.float64) for name in (OLD_SUM, ROLLOUT_SUM)]
+    old_sum, rollout_sum = (np.asarray(slim.column(name).to_numpy(), dtype=np.float64)
+                            for name in (OLD_SUM, ROLLOUT_SUM))
     layout = Layout(_NP, tokens.lengths, tokens.trains)
-    result = correct_trainable(rows, log_ratio, *sums, config, weights_dtype="float32", layout=layout)
+    result = correct_trainable(rows, log_ratio, old_sum, rollout_sum, config, weights_dtype="float32",
+                               layout=layout)
     offsets = mask.offsets if mask.offsets[0].as_py() == 0 else pa.array(tokens.offsets.astype(np.int32))
     if result.keep is None and tokens.binary(mask):
         final = mask  # nothing rejected: the mask as it was (0 and 1)
     else:
         kept = tokens.trains if result.keep is None else result.keep
-        final = pa.ListArray.from_arrays(offsets, pa.array(kept.astype(np.int32)))
+        final = pa.ListArray.from_arrays(offsets, pa.array(np.asarray(kept, dtype=np.int32)))
     weights = None if result.weights is None else pa.ListArray.from_arrays(offsets, pa.array(result.weights))
     dropped = np.asarray(result.dropped, dtype=np.int64)
     per_rollout = np.bincount(rollout, weights=dropped, minlength=int(rollout.max()) + 1 if n else 0)
