@@ -6,8 +6,10 @@ training rows: per-token IS weights (`token` or `sequence` level, truncated (TIS
 (IcePop)), rejection masks from k1/k2/k3 statistics at token, sequence-sum, sequence-mean or sequence-max
 level, and verl's `rollout_corr/*` metrics under verl's names. (The user-facing page comes with the feature.)
 
-Tokens of all the batch's rows are flat arrays (numpy on CPU, torch on a GPU, through arrays.py) with the row
-of each token; values at untrainable tokens are never read. No Python loop over tokens or rows.
+Tokens of all the batch's rows are flat arrays (numpy on CPU, torch on a GPU, through arrays.py), row after
+row; `correct_trainable` takes only the trainable tokens' log ratios, so values at untrainable tokens are
+never read. No Python loop over tokens or rows: on numpy the per-token pass loops over runs of whole rows
+(BLOCK_TOKENS tokens each), reducing each run with `reduceat`s.
 """
 from __future__ import annotations
 
