@@ -30,6 +30,8 @@ import types
 import numpy as np
 import pyarrow.parquet as pq
 
+from bench.harness import RunFailed
+from bench.paired import interleave
 from rollout_relabel.transforms.lib.io import formats
 
 TARGET = 3.0
@@ -212,6 +214,16 @@ def read_all(paths: list[str]) -> tuple[float, int]:
     return time.perf_counter() - start, rows
 
 
+def reader(name: str, files: dict[str, list[str]], expected: int):
+    """(kind, round) -> seconds to read files[kind]; RunFailed unless it gives the expected rows."""
+    def timed(kind: str, round_: int) -> float:
+        seconds, rows = read_all(files[kind])
+        if rows != expected:
+            raise RunFailed(f"{name} {kind}: {rows} rows read")
+        return seconds
+    return timed
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=10_000)
@@ -227,17 +239,14 @@ def main(argv=None) -> int:
                 continue
             layout = write(os.path.join(root, name), args.rows)
             parquet = as_parquet(layout, os.path.join(root, f"{name}-parquet"))
-            times: dict[str, list[float]] = {"layout": [], "parquet": []}
-            for round_ in range(args.rounds):
-                order = [("layout", layout), ("parquet", parquet)]
-                for kind, paths in (order if round_ % 2 == 0 else order[::-1]):
-                    seconds, rows = read_all(paths)
-                    expected = (len(layout) * ROWS_PER_FILE[name] if name in ROWS_PER_FILE
-                                else args.rows // PRIME_STEPS * PRIME_STEPS if name == "prime-rl" else args.rows)
-                    if rows != expected:
-                        print(f"{name} {kind}: {rows} rows read", file=sys.stderr)
-                        return 1
-                    times[kind].append(seconds)
+            rows = (len(layout) * ROWS_PER_FILE[name] if name in ROWS_PER_FILE
+                    else args.rows // PRIME_STEPS * PRIME_STEPS if name == "prime-rl" else args.rows)
+            try:
+                times = interleave(["layout", "parquet"], args.rounds,
+                                   reader(name, {"layout": layout, "parquet": parquet}, rows))
+            except RunFailed as short:
+                print(short, file=sys.stderr)
+                return 1
             lay, par = statistics.median(times["layout"]), statistics.median(times["parquet"])
             ratio, target, bound = lay / par, TARGETS[name], BOUNDS[name]
             failed |= bound is not None and ratio > bound

@@ -1,114 +1,98 @@
-"""TallyDifficulty: file groups of each run -> one Tally per prompt key (and run or step), combined.
+"""TallyDifficulty: file groups of each run -> tally batches -> one merged row per prompt key (and run or step).
 
 Each element is a Work (a group of one run's files that share no batch with its other files, or the rows
-of the table being added to); a DoFn turns it into its (key, Tally state) pairs with tally_states and sends them
-on as batches, not an element per prompt: one list of (key, plain state) per hash bucket of the key
-(BUCKETS buckets, the same for every group and run). CombinePerKey gathers the batches of one bucket
-from every group and run, and DifficultyCombineFn merges them key by key once they are all in, so the
-runner's per-element cost is paid per bucket: a run of all-different prompts costs no more elements
-than one of a few. Merging is exact and order-free (transforms/lib/difficulty/tally.py), so the result
-does not depend on the runner's split. The counts of each group (files, rows, dead rows, units) leave on
-the COUNTS output.
+of the table being added to); a DoFn turns it into its tally batch with tally_states (an Arrow table, a
+row per key: transforms/lib/difficulty/tally_batch.py) and sends it on cut by hash bucket of the key
+(tally_batch.BUCKETS buckets, the same for every group and run), not an element per prompt. CombinePerKey gathers
+the batches of one bucket from every group and run, and DifficultyCombineFn merges them once they are all
+in, with one Arrow group-by, so the runner's per-element cost is paid per bucket: a run of all-different
+prompts costs no more elements than one of a few. Merging is exact and order-free, so the result does not
+depend on the runner's split. The counts of each group (files, rows, dead rows, units) leave on the COUNTS
+output.
 """
 from __future__ import annotations
 
-import pickle
-import zlib
-
 import apache_beam as beam
+import pyarrow as pa
 from apache_beam import pvalue
 
 from rollout_relabel.transforms.dofns import CoreDoFn
+from rollout_relabel.transforms.lib.difficulty import tally_batch
 from rollout_relabel.transforms.lib.difficulty.difficulty_settings import DifficultySettings
-from rollout_relabel.transforms.lib.difficulty.tally import Tally, exact_parts
 from rollout_relabel.transforms.lib.difficulty.units import Work, tally_states
 from rollout_relabel.transforms.metrics import counter
 
 COUNTS = "counts"
-# enough buckets for a runner to spread the merge over its workers, few enough that each carries many
-# prompts; changing it changes no output (the table is sorted by key)
-BUCKETS = 16
-ROW_BYTES = 160  # about what one key's state takes pickled (a sha256 key, a run name, a prompt)
+ROW_BYTES = 120  # about what one key's row of a tally batch takes (a sha256 key, a run name, a prompt)
 
 
 def bucket_of(key: tuple) -> int:
-    """A key's bucket: a hash of its repr (the same in every process, unlike hash() of text)."""
-    return zlib.crc32(repr(key).encode()) % BUCKETS
+    """A key's bucket: a hash of its prompt key (the same in every process, unlike hash() of text)."""
+    return tally_batch.bucket_of_key(key[0])
 
 
-class TallyCoder(beam.coders.Coder):
-    """A Tally as a tuple of plain values (pickled), built afresh on each side: nothing of a Tally that a
-    merge may still change is shared with its encoded copy."""
+class MergedRows:
+    """One bucket's merged rows (tally_batch.ROW columns, each key once): an Arrow table, iterable as
+    (key, row) pairs of plain values (table.row_of's)."""
 
-    def encode(self, tally: Tally) -> bytes:
-        return pickle.dumps(tally.state_args(), protocol=pickle.HIGHEST_PROTOCOL)
+    __slots__ = ("table", "by")
 
-    def decode(self, encoded: bytes) -> Tally:
-        return Tally(*pickle.loads(encoded))
+    def __init__(self, table: pa.Table, by: str | None):
+        self.table, self.by = table, by
 
-    def is_deterministic(self) -> bool:
-        return True
+    def __iter__(self):
+        return tally_batch.rows(self.table, self.by)
 
-
-beam.coders.registry.register_coder(Tally, TallyCoder)
-
-
-def _final(state: tuple) -> tuple:
-    """A key's merged state as the table's plain values (table.row_of): its reward parts canonical."""
-    units, passes, parts, runs, runs_elsewhere, first, last, prompt = state
-    if len(parts) != 1 or not parts[0]:  # one nonzero part is canonical already (the common case)
-        parts = tuple(exact_parts(list(parts)))
-    return units, passes, parts, len(runs) + runs_elsewhere, first, last, prompt
+    def __reduce__(self):
+        return MergedRows, (self.table, self.by)
 
 
 class DifficultyCombineFn(beam.CombineFn):
-    """Batches [(key, state)] of one bucket -> [(key, row)], one a key (table.row_of's plain values).
+    """Tally batches of one bucket -> MergedRows, each key once.
 
-    The accumulator is the list of batches as they came (plain tuples: cheap to encode, which a runner
-    does to measure it too); the keys are merged once, in extract_output, and only a key seen in several
-    batches is merged through a Tally (exact, in any order)."""
+    The accumulator is the list of batches as they came (Arrow tables); they are merged once, in
+    extract_output. A batch may also come as [(key, Tally state)] pairs (tally_batch.from_states)."""
+
+    def __init__(self, by: str | None = None):
+        super().__init__()
+        self._by = by
 
     def create_accumulator(self):
         return []
 
     def add_input(self, accumulator, batch):
-        accumulator.append(batch)
+        accumulator.append(batch if isinstance(batch, pa.Table) else tally_batch.from_states(batch, self._by))
         return accumulator
 
     def merge_accumulators(self, accumulators):
         return [batch for accumulator in accumulators for batch in accumulator]
 
     def extract_output(self, accumulator):
-        merged: dict = {}
-        for batch in accumulator:
-            for key, state in batch:
-                seen = merged.get(key)
-                if seen is None:
-                    merged[key] = state
-                else:
-                    if not isinstance(seen, Tally):
-                        seen = merged[key] = Tally(*seen)
-                    seen.merge(Tally(*state))
-        return [(key, _final(value.state_args() if isinstance(value, Tally) else value))
-                for key, value in merged.items()]
+        return MergedRows(tally_batch.merge(accumulator, self._by), self._by)
 
     def get_accumulator_coder(self):
         return BatchesCoder()
 
 
 class BatchesCoder(beam.coders.Coder):
-    """DifficultyCombineFn's accumulator (plain tuples) as one pickle: the default coder walks them object by
-    object. Its size is estimated from its row count: a runner measures accumulators often, and encoding
-    one to measure it would cost as much as the merge."""
+    """DifficultyCombineFn's accumulator (Arrow tables of one schema) as one Arrow IPC stream. Its size is
+    estimated from its row count: a runner measures accumulators often, and encoding one (or summing its
+    buffers) to measure it would cost more than the merge."""
 
     def encode(self, batches: list) -> bytes:
-        return pickle.dumps(batches, protocol=pickle.HIGHEST_PROTOCOL)
+        if not batches:
+            return b""
+        table = tally_batch.concat(batches)
+        sink = pa.BufferOutputStream()
+        with pa.ipc.new_stream(sink, table.schema) as writer:
+            writer.write_table(table.combine_chunks())
+        return sink.getvalue().to_pybytes()
 
     def decode(self, encoded: bytes) -> list:
-        return pickle.loads(encoded)
+        return [pa.ipc.open_stream(encoded).read_all()] if encoded else []
 
     def estimate_size(self, batches: list) -> int:
-        return ROW_BYTES * sum(len(batch) for batch in batches)
+        return ROW_BYTES * sum(batch.num_rows for batch in batches)
 
     def is_deterministic(self) -> bool:
         return False  # the order batches came in: a value, never a key
@@ -120,20 +104,17 @@ class TallyWorkFn(CoreDoFn):
         self._settings = settings
 
     def process(self, work: Work):
-        batches: dict[int, list] = {}
         for item in tally_states(work, self._settings, self.device):
             if isinstance(item, dict):
                 counter("difficulty_units").inc(item["units"])
                 yield pvalue.TaggedOutput(COUNTS, item)
             else:
-                batches.setdefault(bucket_of(item[0]), []).append(item)
-        for bucket in sorted(batches):
-            yield bucket, batches[bucket]
+                yield from tally_batch.split(item)
 
 
 class TallyDifficulty(beam.PTransform):
-    """PCollection[Work] -> (bucket, [(key, row)]) per bucket, each key once with table.row_of's plain
-    values (main), and counts dicts (COUNTS)."""
+    """PCollection[Work] -> (bucket, MergedRows) per bucket, each key once (main), and counts dicts
+    (COUNTS)."""
 
     def __init__(self, settings: DifficultySettings):
         super().__init__()
@@ -142,5 +123,6 @@ class TallyDifficulty(beam.PTransform):
     def expand(self, works):
         results = works | "TallyEachGroup" >> beam.ParDo(TallyWorkFn(self._settings)).with_outputs(
             COUNTS, main="tallies")
-        combined = results.tallies | "CombinePerBucket" >> beam.CombinePerKey(DifficultyCombineFn())
+        combined = results.tallies | "CombinePerBucket" >> beam.CombinePerKey(
+            DifficultyCombineFn(self._settings.by))
         return {"tallies": combined, COUNTS: results[COUNTS]}

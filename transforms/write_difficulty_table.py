@@ -32,13 +32,13 @@ class WriteTableFn(beam.DoFn):
     def process(self, grouped):
         _, items = grouped
         items = list(items)
-        pairs = [pair for kind, value in items if kind == TALLY for pair in pickle.loads(value)]
+        merged = [pickle.loads(value).table for kind, value in items if kind == TALLY]
         counts = dict.fromkeys(COUNTS, 0)
         for kind, value in items:
             if kind == COUNTS_TAG:
                 for name in COUNTS:
                     counts[name] += value[name]
-        table = difficulty_table.build(pairs, self._settings.by, self._settings.ks)
+        table = difficulty_table.from_rows(merged, self._settings.by, self._settings.ks)
         # the counts of this pass beside the table, not in it: a table built run by run is byte for byte
         # the table built at once
         write_bytes_atomically(json.dumps(counts, sort_keys=True).encode(), self._directory,
@@ -48,7 +48,7 @@ class WriteTableFn(beam.DoFn):
 
 
 class WriteDifficultyTable(beam.PTransform):
-    """{"tallies": (bucket, [(key, row)]), COUNTS: dict} -> the staged table directory/name (and its counts,
+    """{"tallies": (bucket, MergedRows), COUNTS: dict} -> the staged table directory/name (and its counts,
     counts_name); yields the counts."""
 
     def __init__(self, settings: DifficultySettings, directory: str, name: str, record: dict):
@@ -56,9 +56,8 @@ class WriteDifficultyTable(beam.PTransform):
         self._fn = WriteTableFn(settings, directory, name, record)
 
     def expand(self, outputs):
-        # each bucket's rows (plain values) under one key, grouped (not combined: a combiner's accumulator
-        # of every row would be measured object by object by the runner's cache); pickled in one call, as
-        # the runner's own coder would walk them object by object
+        # each bucket's rows under one key, grouped (not combined: the table is built once, from all of
+        # them); pickled here, as the runner's own coder does not know MergedRows
         tallies = outputs["tallies"] | "TagTallies" >> beam.MapTuple(
             lambda _, rows: (None, (TALLY, pickle.dumps(rows, protocol=pickle.HIGHEST_PROTOCOL))))
         counts = outputs[COUNTS_TAG] | "TagCounts" >> beam.Map(lambda item: (None, (COUNTS_TAG, item)))

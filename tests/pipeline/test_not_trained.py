@@ -94,3 +94,16 @@ def test_a_batch_whose_other_file_trained_every_row(tmp_path):
     assert [(r["rollout_id"], r["advantage"]) for r in kept] == [(1, 0.5), (2, -0.5), (3, 0.0), (4, -0.25), (5, 0.25)]
     assert [(f["source"].rsplit("/", 1)[-1], f["row"]) for f in filtered] == [("b.parquet", 2)]
     assert manifest["counts"]["rows_filtered"] == 1
+
+
+def test_compare_filters_not_trained_rows_on_a_stored_side_too(tmp_path):
+    # the framework stored its advantage on the rows it trained (r - group mean); none on the others
+    stored = {1: 0.5, 2: -0.5, 4: -0.25, 5: 0.25}
+    write(tmp_path / "in", [{**r, "adv": stored.get(r["rollout_id"])} for r in ROWS])
+    report = tmp_path / "report"
+    run_cli("compare", "--input", tmp_path / "in", "--report", report, "--a", "column:adv",
+            "--b", "group-index,std_normalization=false")
+    t = json.loads((report / "report.json").read_text())["totals"]
+    assert (t["rows"], t["compared"], t["dead_a"], t["dead_b"], t["filtered_a"], t["filtered_b"]) == (6, 4, 0, 0, 2, 2)
+    assert t["filtered_a_by_reason"] == t["filtered_b_by_reason"] == {"not-trained": 2}
+    assert t["dead_a_by_reason"] == {} and t["agree_fraction"] == 1.0

@@ -29,6 +29,9 @@ def relabelled(tmp_path_factory):
     rows = [row for f in parts for row in pq.read_table(f).to_pylist()]
     filtered = pq.read_table(base / "out" / "_filtered.parquet").to_pylist()
     manifest = json.loads((base / "out" / "_manifest.json").read_text())
+    refused = run_cli("export", "--input", base / "out", "--output", base / "dumps", "--to", "slime",
+                      check_codes=(2,))
+    assert "prime-rl's branches interleave" in refused.stderr and not (base / "dumps").exists()
     return rows, filtered, manifest
 
 

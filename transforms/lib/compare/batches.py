@@ -24,6 +24,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from rollout_relabel import schemas
+from rollout_relabel.transforms.core.reasons import Reason
 from rollout_relabel.transforms.lib.labeling.label_batch import BatchResult, concat_slim, dense_keys, label_batch
 from rollout_relabel.transforms.lib.output.dead_letters import split_by_source
 from rollout_relabel.transforms.lib.settings import Side
@@ -79,8 +81,7 @@ def compare_batch(batch_key: str, parts: list[tuple[str, pa.Table]], prompt_grou
         dead_a_by_reason, filtered_a_by_reason = _reasons(side_a.dead), _reasons(side_a.filtered)
         groups_a, uniform_groups_a = side_a.counters.groups, side_a.counters.uniform_groups
     else:
-        adv_a, state_a, dead_a_by_reason = _stored(slim, len(adv_b))
-        filtered_a_by_reason = {}
+        adv_a, state_a, dead_a_by_reason, filtered_a_by_reason = _stored(slim, len(adv_b))
         groups_a, uniform_groups_a = _stored_groups(adv_a, state_a, group_b)
     n = len(adv_a)
     file_rows = np.concatenate([np.asarray(t.column("row")) for _, t in parts]) if parts else np.zeros(0, np.int64)
@@ -185,17 +186,25 @@ def _aligned(side: BatchResult, parts):
 
 
 def _stored(slim, n: int):
-    """A stored side's advantage, row state and dead reasons, in the batch's row order."""
+    """A stored side's advantage, row state, dead reasons and filtered reasons, in the batch's row order. A row
+    its framework never trained on (`not_trained`) is filtered under the stored side too, as under a labelled
+    one: the framework stored no advantage it trained with."""
+    name = schemas.SLIM_NOT_TRAINED.name
+    not_trained = (np.asarray(slim.column(name).is_valid()) if slim is not None and name in slim.column_names
+                   else np.zeros(n, dtype=bool))
+    filtered = {Reason.NOT_TRAINED.value: int(not_trained.sum())} if not_trained.any() else {}
     if slim is None or "stored_advantage" not in slim.column_names:
-        return np.full(n, np.nan), np.full(n, DEAD, dtype=np.int8), ({STORED_MISSING: n} if n else {})
+        state = np.where(not_trained, FILTERED, DEAD).astype(np.int8)
+        dead = int((state == DEAD).sum())
+        return np.full(n, np.nan), state, ({STORED_MISSING: dead} if dead else {}), filtered
     column = slim.column("stored_advantage").combine_chunks()
-    missing = np.asarray(column.is_null())
+    missing = np.asarray(column.is_null()) & ~not_trained
     advantage = np.asarray(pc.fill_null(column, np.nan), dtype=np.float64)
-    non_finite = ~missing & ~np.isfinite(advantage)
-    state = np.where(missing | non_finite, DEAD, LIVE).astype(np.int8)
+    non_finite = ~missing & ~not_trained & ~np.isfinite(advantage)
+    state = np.where(not_trained, FILTERED, np.where(missing | non_finite, DEAD, LIVE)).astype(np.int8)
     reasons = {reason: int(count) for reason, count in ((STORED_MISSING, missing.sum()),
                                                         (STORED_NON_FINITE, non_finite.sum())) if count}
-    return np.where(state == LIVE, advantage, np.nan), state, reasons
+    return np.where(state == LIVE, advantage, np.nan), state, reasons, filtered
 
 
 def _stored_groups(adv_a, state_a, group_b) -> tuple[int, int]:

@@ -1,4 +1,4 @@
-"""The pass-rate table: (key, Tally) pairs -> rows in key order, and a written table's rows -> pairs again.
+"""The pass-rate table: merged rows (tally_batch.merge) -> the table, a row a key in key order.
 
 A row per prompt (and per run or step under --by), its columns (docs/difficulty.md): prompt_key,
 run | step, rollouts, passes, pass_rate, mean_reward, pass_at_k_<k> per --k, runs, first_step,
@@ -7,15 +7,16 @@ last_step, prompt, reward_sum_parts. The last two are what adding runs later nee
 """
 from __future__ import annotations
 
-from operator import itemgetter
-
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
+from rollout_relabel.transforms.lib.difficulty import tally_batch
 from rollout_relabel.transforms.lib.difficulty.tally import Tally, pass_at_k
 
-KEY = "prompt_key"
-STEP, RUN = "step", "run"
-PROMPT, PARTS = "prompt", "reward_sum_parts"
+# the table's key and kept columns, named where the rows they come from are made
+KEY, RUN, STEP = tally_batch.KEY, tally_batch.RUN, tally_batch.STEP
+PROMPT, PARTS = tally_batch.PROMPT, tally_batch.PARTS
 NUMBERS = ("rollouts", "passes", "pass_rate", "mean_reward", "runs", "first_step", "last_step")
 # the table's own record, in the Parquet file's metadata and each Delta commit's info
 RECORD_KEY = "rollout_relabel_difficulty"
@@ -24,12 +25,6 @@ TABLE_VERSION = 1
 
 def pass_at_k_column(k: int) -> str:
     return f"pass_at_k_{k}"
-
-
-def sort_key(item: tuple[tuple, Tally]):
-    """Key order: the prompt key, then its run or step (a null step first)."""
-    key = item[0]
-    return (type(key[0]).__name__, key[0]) + tuple((part is not None, part) for part in key[1:])
 
 
 def row_of(key: tuple, tally: Tally) -> tuple:
@@ -43,46 +38,52 @@ def build(pairs, by: str | None, ks: tuple[int, ...], key_type: pa.DataType | No
     """The table of (key, Tally) pairs (one per key), sorted by key; a pair's value may be a Tally or the
     plain values row_of gives."""
     pairs = [row_of(k, t) if isinstance(t, Tally) else (k, t) for k, t in pairs]
-    if len({type(k[0]) for k, _ in pairs}) > 1:
-        raise ValueError("--prompt-key: the runs hold prompt keys of different types (text and integers)")
-    if any(None in k for k, _ in pairs):
-        pairs.sort(key=sort_key)
-    else:  # one key type and no null step: the keys' own order is sort_key's (and much cheaper)
-        pairs.sort(key=itemgetter(0))
-    keys = [k[0] for k, _ in pairs]
-    columns: dict[str, pa.Array] = {KEY: pa.array(keys, key_type or (None if keys else pa.string()))}
-    if by == "run":
-        columns[RUN] = pa.array([k[1] for k, _ in pairs], pa.string())
-    elif by == "step":
-        columns[STEP] = pa.array([k[1] for k, _ in pairs], pa.int64())
-    units, passes, parts, runs, first, last, prompts = (list(c) for c in zip(*(v for _, v in pairs))) if pairs \
-        else ([], [], [], [], [], [], [])
-    columns["rollouts"] = pa.array(units, pa.int64())
-    columns["passes"] = pa.array(passes, pa.int64())
-    columns["pass_rate"] = pa.array([c / n if n else None for n, c in zip(units, passes)], pa.float64())
-    # the parts are canonical (row_of): their first is the exact sum rounded once
-    columns["mean_reward"] = pa.array([(p[0] if p else 0.0) / n if n else None for n, p in zip(units, parts)],
-                                      pa.float64())
+    return from_rows([tally_batch.rows_table(pairs, by, key_type)], by, ks)
+
+
+def from_rows(merged: list[pa.Table], by: str | None, ks: tuple[int, ...]) -> pa.Table:
+    """The table of merged rows (tally_batch.ROW columns, each key once in all of them), sorted by key (a
+    null step first)."""
+    rows = tally_batch.concat(merged) if merged else tally_batch.rows_table([], by)
+    order = pc.sort_indices(rows, sort_keys=[(name, "ascending", "at_start") for name in tally_batch.key_columns(by)])
+    rows = rows.take(order).combine_chunks()
+    units = rows.column("rollouts").to_numpy()
+    passes = rows.column("passes").to_numpy()
+    columns: dict[str, pa.Array] = {name: rows.column(name) for name in tally_batch.key_columns(by)}
+    columns["rollouts"] = rows.column("rollouts")
+    columns["passes"] = rows.column("passes")
+    columns["pass_rate"] = _per_unit(passes, units)
+    # the parts are canonical (tally_batch.merge): their first is the exact sum rounded once
+    columns["mean_reward"] = _per_unit(_first_parts(rows.column(PARTS).combine_chunks()), units)
     for k in ks:
-        columns[pass_at_k_column(k)] = pa.array([pass_at_k(n, c, k) for n, c in zip(units, passes)], pa.float64())
-    columns["runs"] = pa.array(runs, pa.int64())
-    columns["first_step"] = pa.array(first, pa.int64())
-    columns["last_step"] = pa.array(last, pa.int64())
-    columns[PROMPT] = pa.array(prompts, pa.string())
-    columns[PARTS] = pa.array(parts, pa.list_(pa.float64()))
+        columns[pass_at_k_column(k)] = _pass_at_k(units, passes, k)
+    for name in ("runs", "first_step", "last_step", PROMPT, PARTS):
+        columns[name] = rows.column(name)
     return pa.table(columns)
 
 
-def tallies_of(table: pa.Table):
-    """A written table's rows as (key, Tally) pairs: what a rerun adds its new runs to. Its runs are known
-    by number only (a run is never counted twice: the record names them)."""
-    names = table.column_names
-    extra = RUN if RUN in names else STEP if STEP in names else None
-    keys = table.column(KEY).to_pylist()
-    second = table.column(extra).to_pylist() if extra else None
-    columns = {name: table.column(name).to_pylist() for name in
-               ("rollouts", "passes", "runs", "first_step", "last_step", PROMPT, PARTS)}
-    for i, key in enumerate(keys):
-        yield ((key, second[i]) if second is not None else (key,)), Tally(
-            columns["rollouts"][i], columns["passes"][i], columns[PARTS][i] or (), (), columns["runs"][i],
-            columns["first_step"][i], columns["last_step"][i], columns[PROMPT][i])
+def _per_unit(values: np.ndarray, units: np.ndarray) -> pa.Array:
+    """values / units in float64 (null where there are no units): the division Python's c / n does, as
+    both are exact doubles."""
+    out = np.zeros(len(units))
+    np.divide(values, units, out=out, where=units != 0)
+    return pa.array(out, mask=units == 0)
+
+
+def _first_parts(parts: pa.ListArray) -> np.ndarray:
+    """Each list's first value, 0.0 for an empty or null list."""
+    lengths = pc.fill_null(pc.list_value_length(parts), 0).to_numpy()
+    values = np.append(parts.values.to_numpy(zero_copy_only=False), 0.0)
+    starts = parts.offsets.to_numpy()[:-1]
+    return values[np.where(lengths > 0, starts, len(values) - 1)]
+
+
+def _pass_at_k(units: np.ndarray, passes: np.ndarray, k: int) -> pa.Array:
+    """pass_at_k (exact integers, rounded once) for each distinct (n, c) pair, spread to its rows."""
+    if not len(units):
+        return pa.array([], pa.float64())
+    distinct, inverse = np.unique(np.stack([units, passes], axis=1), axis=0, return_inverse=True)
+    found = [pass_at_k(n, c, k) for n, c in distinct.tolist()]
+    inverse = inverse.reshape(-1)
+    values = np.array([0.0 if v is None else v for v in found])[inverse]
+    return pa.array(values, mask=np.array([v is None for v in found])[inverse])

@@ -1,8 +1,10 @@
 """One prompt's counts over any number of units, merged in any order to the same result.
 
-A Tally is what CombinePerKey accumulates per prompt (and per run or step under --by): units, passes,
-the exact sum of their rewards, the runs it was seen in, its first and last step and one prompt value.
-Every merge is exact and commutative, so the table does not depend on how a runner split the work:
+A Tally is one key's counts (prompt, and run or step under --by): units, passes, the exact sum of their
+rewards, the runs it was seen in, its first and last step and one prompt value. The stage merges many
+keys at once, column by column (tally_batch.py), the way Tally.merge merges one, and falls back on
+Tally.merge for the keys whose rewards need the expansion below. Every merge is exact and commutative,
+so the table does not depend on how a runner split the work:
 
 - the reward sum is kept as non-overlapping float64 parts whose exact sum is the sum of every reward
   (Shewchuk's expansion arithmetic, "Adaptive Precision Floating-Point Arithmetic", 1997); the mean is
@@ -16,6 +18,7 @@ import math
 from fractions import Fraction
 
 import numpy as np
+import pyarrow as pa
 
 
 def grow(parts: list[float], value: float) -> list[float]:
@@ -124,14 +127,34 @@ FINE = 20
 def exact_group_sums(codes: np.ndarray, rewards: np.ndarray, groups: int) -> list[list[float]]:
     """Each group's reward sum as exact parts: one vectorized sum when every sum is exact in float64, else
     the expansion added value by value."""
-    scaled = rewards * float(2 ** FINE)
-    if np.all(np.floor(scaled) == scaled) and float(np.abs(rewards).sum()) < 2.0 ** (53 - FINE):
-        sums = np.bincount(codes, weights=rewards, minlength=groups)
+    sums = _fine_sums(codes, rewards, groups)
+    if sums is not None:
         return [[float(s)] if s else [] for s in sums]
     out: list[list[float]] = [[] for _ in range(groups)]
     for code, value in zip(codes.tolist(), rewards.tolist()):
         grow(out[code], value)
     return out
+
+
+def exact_group_parts(codes: np.ndarray, rewards: np.ndarray, groups: int) -> pa.ListArray:
+    """exact_group_sums as one list<float64> array (built without a Python list a group when the sums
+    are exact in float64)."""
+    sums = _fine_sums(codes, rewards, groups)
+    if sums is None:
+        return pa.array(exact_group_sums(codes, rewards, groups), pa.list_(pa.float64()))
+    nonzero = sums != 0
+    offsets = np.zeros(groups + 1, dtype=np.int32)
+    np.cumsum(nonzero, out=offsets[1:])
+    return pa.ListArray.from_arrays(pa.array(offsets), pa.array(sums[nonzero]))
+
+
+def _fine_sums(codes: np.ndarray, rewards: np.ndarray, groups: int) -> np.ndarray | None:
+    """Each group's sum in float64 where all of them are exact (every reward a multiple of 2**-FINE, their
+    absolute sum below 2**(53 - FINE)), else None."""
+    scaled = rewards * float(2 ** FINE)
+    if np.all(np.floor(scaled) == scaled) and float(np.abs(rewards).sum()) < 2.0 ** (53 - FINE):
+        return np.bincount(codes, weights=rewards, minlength=groups)
+    return None
 
 
 def pass_at_k(units: int, passes: int, k: int) -> float | None:

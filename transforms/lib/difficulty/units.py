@@ -1,4 +1,4 @@
-"""A group of one run's files -> (key, Tally) per prompt (and run or step): what TallyDifficulty combines.
+"""A group of one run's files -> a tally batch, a row per prompt (and run or step): what TallyDifficulty combines.
 
 The units are the ones the labeling defines (docs/semantics.md, "Vocabulary"): every batch of rollouts
 goes through label_batch, the same function `relabel run` labels with, and a unit is a row it marks
@@ -17,7 +17,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from rollout_relabel.transforms.core.reasons import Reason
-from rollout_relabel.transforms.lib.difficulty import table as difficulty_table
+from rollout_relabel.transforms.lib.difficulty import tally_batch
 from rollout_relabel.transforms.lib.difficulty.difficulty_settings import EXISTING, TRAINING_ROWS, DifficultySettings
 from rollout_relabel.transforms.lib.difficulty.prompt_keys import (
     PROMPT_COLUMNS,
@@ -26,7 +26,7 @@ from rollout_relabel.transforms.lib.difficulty.prompt_keys import (
     FileKeys,
     file_keys,
 )
-from rollout_relabel.transforms.lib.difficulty.tally import Tally, exact_group_sums
+from rollout_relabel.transforms.lib.difficulty.tally import Tally, exact_group_parts
 from rollout_relabel.transforms.lib.errors import BadFile
 from rollout_relabel.transforms.lib.io.columns import fill, mapped_columns
 from rollout_relabel.transforms.lib.io.input_file import InputFile
@@ -58,15 +58,12 @@ class _FileUnits:
     has_step: np.ndarray
 
 
-def tally_states(work: Work, settings: DifficultySettings, device: str = "cpu"
-                 ) -> Iterator[tuple[tuple, tuple] | dict]:
-    """(key, state) for each key the work's units have, then one dict of counts (COUNTS); a state is the
-    plain values a Tally is made of (Tally(*state)), cheaper to move; `device` runs the core (the
-    resolved one: cpu or cuda)."""
+def tally_states(work: Work, settings: DifficultySettings, device: str = "cpu") -> Iterator[pa.Table | dict]:
+    """The work's tally batch (tally_batch.BATCH: a row per key its units have), then one dict of counts
+    (COUNTS); `device` runs the core (the resolved one: cpu or cuda)."""
     if work.kind == EXISTING:
         for entry in work.entries:
-            for key, tally in difficulty_table.tallies_of(read_input(entry, max_bytes=settings.max_file_bytes)[0]):
-                yield key, tally.state_args()
+            yield tally_batch.existing(read_input(entry, max_bytes=settings.max_file_bytes)[0], settings.by)
         return
     counts = dict.fromkeys(COUNTS, 0)
     files: dict[str, _FileUnits] = {}
@@ -107,7 +104,9 @@ def tally_states(work: Work, settings: DifficultySettings, device: str = "cpu"
         for source, result in batch.results.items():
             mainstream = np.asarray(result.column(MAINSTREAM).to_numpy(zero_copy_only=False), dtype=bool)
             units.append((source, np.asarray(result.column("row"))[mainstream]))
-    yield from _tallies(work.run, files, units, settings, counts)
+    tallied = _tallies(work.run, files, units, settings, counts)
+    if tallied is not None:
+        yield tallied
     yield counts
 
 
@@ -116,7 +115,11 @@ def tally_work(work: Work, settings: DifficultySettings, device: str = "cpu"
     """(key, Tally) for each key the work's units have, then one dict of counts (COUNTS); `device` runs
     the core (the resolved one: cpu or cuda)."""
     for item in tally_states(work, settings, device):
-        yield item if isinstance(item, dict) else (item[0], Tally(*item[1]))
+        if isinstance(item, dict):
+            yield item
+        else:
+            for key, state in tally_batch.states(item, settings.by):
+                yield key, Tally(*state)
 
 
 def _columns(labeling: Labeling, settings: DifficultySettings, training_rows: bool) -> tuple[str, ...]:
@@ -155,10 +158,13 @@ def _marked_units(table: pa.Table, parts, source: str) -> np.ndarray:
     return np.flatnonzero(flagged)
 
 
-def _tallies(run: str, files: dict[str, _FileUnits], units, settings: DifficultySettings, counts: dict):
-    """The units of every file grouped by key (prompt, and run or step under --by), one Tally a key."""
-    index: dict = {}   # key value -> its position in this group
-    prompts: list = []
+def _tallies(run: str, files: dict[str, _FileUnits], units, settings: DifficultySettings,
+             counts: dict) -> pa.Table | None:
+    """The units of every file grouped by key (prompt, and run or step under --by): a tally batch with a
+    row a key, or None without units."""
+    offsets: dict[str, int] = {}  # a file's first key in all_keys
+    all_keys: list = []
+    all_prompts: list = []
     key_parts, rewards, steps, has_steps = [], [], [], []
     for source, rows in sorted(units, key=lambda u: u[0]):
         found = files.get(source)
@@ -169,49 +175,59 @@ def _tallies(run: str, files: dict[str, _FileUnits], units, settings: Difficulty
         counts["units_without_key"] += int((codes < 0).sum())
         keep = codes >= 0
         rows, codes = rows[keep], codes[keep]
-        mine = np.empty(len(found.keys.keys), dtype=np.int64)
-        for code, key in enumerate(found.keys.keys):
-            position = index.get(key)
-            if position is None:
-                position = index[key] = len(prompts)
-                prompts.append(found.keys.prompts[code])
-            elif found.keys.prompts[code] is not None and (
-                    prompts[position] is None or found.keys.prompts[code] < prompts[position]):
-                prompts[position] = found.keys.prompts[code]
-            mine[code] = position
-        key_parts.append(mine[codes])
+        offset = offsets.get(source)
+        if offset is None:  # a file's units may come from several batches: its keys are added once
+            offset = offsets[source] = len(all_keys)
+            all_keys += found.keys.keys
+            all_prompts += found.keys.prompts
+        key_parts.append(codes + offset)
         rewards.append(found.reward[rows])
         steps.append(found.step[rows])
         has_steps.append(found.has_step[rows])
     if not key_parts:
-        return
-    key = np.concatenate(key_parts)
+        return None
+    # the files' keys as one set (a key in several files once), and each key's least prompt
+    encoded = pc.dictionary_encode(tally_batch.key_array(all_keys))
+    position = encoded.indices.to_numpy()
+    names = encoded.dictionary  # position -> key
+    prompts = pa.array(all_prompts, pa.string())
+    if len(names) < len(position):
+        least = pa.table({"at": position, "prompt": prompts}).group_by("at", use_threads=False).aggregate(
+            [("prompt", "min")])
+        prompts = least.column("prompt_min").take(pc.sort_indices(least.column("at")))
+    key = position[np.concatenate(key_parts)]
     reward, step, has_step = np.concatenate(rewards), np.concatenate(steps), np.concatenate(has_steps)
-    names = list(index)
-    labels: list[tuple]  # each group's label: (prompt, step), (prompt, run) or (prompt,)
     if settings.by == "step":
         # one group per (prompt, step); a unit without a step is a group of its own kind (step null)
         pairs = np.stack([key, np.where(has_step, step, 0), has_step.astype(np.int64)], axis=1)
         distinct, group = np.unique(pairs, axis=0, return_inverse=True)
-        group = group.reshape(-1)
-        labels = [(names[k], int(s) if h else None) for k, s, h in distinct.tolist()]
+        key_of_group = distinct[:, 0]
     else:
-        distinct, group = np.unique(key, return_inverse=True)
-        group = group.reshape(-1)
-        labels = [(names[k], run) if settings.by == "run" else (names[k],) for k in distinct.tolist()]
-    groups = len(labels)
-    sizes = np.bincount(group, minlength=groups)
+        key_of_group, group = np.unique(key, return_inverse=True)
+    group = group.reshape(-1)
+    groups = len(key_of_group)
     passes = np.bincount(group, weights=(reward >= settings.pass_threshold), minlength=groups).astype(np.int64)
-    sums = exact_group_sums(group, reward, groups)
     big = np.iinfo(np.int64).max
     first = np.full(groups, big, dtype=np.int64)
     last = np.full(groups, -big - 1, dtype=np.int64)
     np.minimum.at(first, group[has_step], step[has_step])
     np.maximum.at(last, group[has_step], step[has_step])
-    key_of_group = (distinct[:, 0] if settings.by == "step" else distinct).tolist()
-    stepped = (first != big).tolist()
-    runs = (run,)
-    # plain Python values, column by column (one object a prompt is the cost here)
-    for label, n, c, parts, has, lo, hi, k in zip(labels, sizes.tolist(), passes.tolist(), sums, stepped,
-                                                  first.tolist(), last.tolist(), key_of_group):
-        yield label, (n, c, tuple(parts), runs, 0, lo if has else None, hi if has else None, prompts[k])
+    unstepped = first == big
+    take = pa.array(key_of_group)
+    seen_in = pa.array([run] * groups, pa.string())
+    columns = {
+        tally_batch.KEY: names.take(take),
+        tally_batch.ROLLOUTS: pa.array(np.bincount(group, minlength=groups).astype(np.int64)),
+        tally_batch.PASSES: pa.array(passes),
+        tally_batch.PARTS: exact_group_parts(group, reward, groups),
+        tally_batch.SEEN_IN: seen_in,
+        tally_batch.RUNS_ELSEWHERE: pa.array(np.zeros(groups, dtype=np.int64)),
+        tally_batch.FIRST: pa.array(first, mask=unstepped),
+        tally_batch.LAST: pa.array(last, mask=unstepped),
+        tally_batch.PROMPT: prompts.take(take),
+    }
+    if settings.by == "run":
+        columns[tally_batch.RUN] = seen_in
+    elif settings.by == "step":
+        columns[tally_batch.STEP] = pa.array(distinct[:, 1], mask=distinct[:, 2] == 0)
+    return tally_batch.make(columns, settings.by)

@@ -196,7 +196,8 @@ def _part(input_dir: str, entry: dict, fingerprint: str | None) -> Part:
 def _refuse_text_only(input_dir: str, entry: dict) -> None:
     """slime's and miles' samples are token ids (`tokens`: the prompt's and the response's); Parquet or JSONL
     rows without them (text-only layouts: verl, AReaL, rllm and ROLL dumps keep the prompt and response as
-    text) would become samples with nothing to train on. Refused before anything is written."""
+    text; prime-rl's token_ids interleave a branch's turns) would become samples with nothing to train on.
+    Refused before anything is written."""
     try:
         with filesystem.open_read(filesystem.join(input_dir, entry["output"])) as handle:
             parquet = pq.ParquetFile(handle)
@@ -214,9 +215,10 @@ def _refuse_text_only(input_dir: str, entry: dict) -> None:
         return
     what = ("no `tokens` column" if column is None else f"`tokens` of type {kind}, not token ids" if not ids
             else "rows without token ids in `tokens`")
-    raise UsageError(f"--input {input_dir}: {entry['output']} (from {entry['path']}) has {what}: its rows are text "
-                     "only (as verl, AReaL, rllm and ROLL keep them), and slime and miles train on token ids; "
-                     "nothing was exported")
+    raise UsageError(f"--input {input_dir}: {entry['output']} (from {entry['path']}) has {what}: slime and miles "
+                     "train on a sample's `tokens` (its prompt's, then its response's), which these rows do not "
+                     "hold (verl, AReaL, rllm and ROLL keep text; prime-rl's branches interleave prompt and "
+                     "completion tokens over turns in `token_ids`); nothing was exported")
 
 
 def _carries_layout(path: str) -> bool:
