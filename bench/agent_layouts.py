@@ -1,6 +1,6 @@
 """Reading the agent frameworks' layouts: each at ROWS training rows against the same rows as Parquet.
 
-    python -m bench.agent_layouts [--rows 10000] [--rounds 3]
+    python -m bench.agent_layouts [--rows 10000] [--rounds 3] [--layouts prime-rl roll]
 
 For each layout (rLLM's episode JSON files, ROLL's step JSONL files, SkyRL's pickled training batches,
 prime-rl's traces.jsonl) the bench writes ROWS rows in the framework's layout, reads them once through the
@@ -30,6 +30,8 @@ import types
 import numpy as np
 import pyarrow.parquet as pq
 
+from bench.harness import RunFailed
+from bench.paired import interleave
 from rollout_relabel.transforms.lib.io import formats
 
 TARGET = 3.0
@@ -212,28 +214,39 @@ def read_all(paths: list[str]) -> tuple[float, int]:
     return time.perf_counter() - start, rows
 
 
+def reader(name: str, files: dict[str, list[str]], expected: int):
+    """(kind, round) -> seconds to read files[kind]; RunFailed unless it gives the expected rows."""
+    def timed(kind: str, round_: int) -> float:
+        seconds, rows = read_all(files[kind])
+        if rows != expected:
+            raise RunFailed(f"{name} {kind}: {rows} rows read")
+        return seconds
+    return timed
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=10_000)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--layouts", nargs="+", choices=list(TARGETS), default=list(TARGETS),
+                        help="the layouts to read (default: all)")
     args = parser.parse_args(argv)
     failed = False
     with tempfile.TemporaryDirectory(prefix="bench-agent-layouts-") as root:
         for name, write in (("rllm", write_rllm), ("roll", write_roll), ("skyrl", write_skyrl),
                             ("prime-rl", write_prime_rl)):
+            if name not in args.layouts:
+                continue
             layout = write(os.path.join(root, name), args.rows)
             parquet = as_parquet(layout, os.path.join(root, f"{name}-parquet"))
-            times: dict[str, list[float]] = {"layout": [], "parquet": []}
-            for round_ in range(args.rounds):
-                order = [("layout", layout), ("parquet", parquet)]
-                for kind, paths in (order if round_ % 2 == 0 else order[::-1]):
-                    seconds, rows = read_all(paths)
-                    expected = (len(layout) * ROWS_PER_FILE[name] if name in ROWS_PER_FILE
-                                else args.rows // PRIME_STEPS * PRIME_STEPS if name == "prime-rl" else args.rows)
-                    if rows != expected:
-                        print(f"{name} {kind}: {rows} rows read", file=sys.stderr)
-                        return 1
-                    times[kind].append(seconds)
+            rows = (len(layout) * ROWS_PER_FILE[name] if name in ROWS_PER_FILE
+                    else args.rows // PRIME_STEPS * PRIME_STEPS if name == "prime-rl" else args.rows)
+            try:
+                times = interleave(["layout", "parquet"], args.rounds,
+                                   reader(name, {"layout": layout, "parquet": parquet}, rows))
+            except RunFailed as short:
+                print(short, file=sys.stderr)
+                return 1
             lay, par = statistics.median(times["layout"]), statistics.median(times["parquet"])
             ratio, target, bound = lay / par, TARGETS[name], BOUNDS[name]
             failed |= bound is not None and ratio > bound

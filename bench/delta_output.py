@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import sys
 
 from bench import datasets as ds_lib
-from bench.harness import LOG_DIR, RUNS_DIR, fresh_dir, log_tail, measure, relabel_command
+from bench.harness import RUNS_DIR, RunFailed
+from bench.paired import Ratio, relabel_runs
 
 TARGET = 1.1
 
@@ -27,25 +27,18 @@ def main(argv=None) -> int:
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args(argv)
     input_dir = ds_lib.ensure(ds_lib.DATASETS[args.size])
-    os.makedirs(LOG_DIR, exist_ok=True)
-    walls: dict[str, list[float]] = {"folder": [], "delta": []}
-    for round_ in range(args.rounds):
-        for kind, extra in (("folder", []), ("delta", ["--output-format", "delta"])):
-            out = fresh_dir(os.path.join(RUNS_DIR, args.size, f"output-{kind}"))
-            log = os.path.join(LOG_DIR, f"{args.size}-output-{kind}-{round_}.log")
-            m = measure(relabel_command() + ["run", "--input", input_dir, "--output", out, *extra], log)
-            if m.exit_code != 0:
-                print(f"{kind} output failed (exit {m.exit_code}):\n{log_tail(log)}", file=sys.stderr)
-                return 1
-            walls[kind].append(m.wall_s)
-            print(f"round {round_ + 1}: {kind:<6} {m.wall_s:7.2f} s wall, {m.cpu_s:7.2f} s CPU, "
-                  f"peak RSS {m.peak_rss_mb:.0f} MB", flush=True)
-    folder, delta = statistics.median(walls["folder"]), statistics.median(walls["delta"])
-    ratio = delta / folder
-    print(f"{args.size}: folder {folder:.2f} s, delta {delta:.2f} s (medians of {args.rounds}): "
-          f"delta / folder = {ratio:.3f} (target <= {TARGET})")
-    return 0 if ratio <= TARGET else 1
-
+    runs = {"folder": [], "delta": ["--output-format", "delta"]}
+    try:  # the folder output first in every round, as this bench always ran them
+        walls = relabel_runs(input_dir, runs, args.rounds,
+                             lambda kind: os.path.join(RUNS_DIR, args.size, f"output-{kind}"),
+                             f"{args.size}-output", alternate=False)
+    except RunFailed as failed:
+        print(failed, file=sys.stderr)
+        return 1
+    ratio = Ratio.of(walls, "delta", "folder")
+    print(f"{args.size}: folder {ratio.bottom:.2f} s, delta {ratio.top:.2f} s (medians of {args.rounds}): "
+          f"delta / folder = {ratio.value:.3f} ({ratio.spread()}; target <= {TARGET})")
+    return 0 if ratio.value <= TARGET else 1
 
 if __name__ == "__main__":
     sys.exit(main())

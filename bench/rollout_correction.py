@@ -17,11 +17,11 @@ import argparse
 import dataclasses
 import json
 import os
-import statistics
 import sys
 
 from bench import datasets as ds_lib
-from bench.harness import LOG_DIR, RUNS_DIR, fresh_dir, log_tail, measure, relabel_command
+from bench.harness import RUNS_DIR, RunFailed
+from bench.paired import Ratio, relabel_runs
 from rollout_relabel.pipeline.generate import spec_for_rows
 
 TARGET = 1.3
@@ -64,28 +64,17 @@ def main(argv=None) -> int:
         parser.error(f"dataset {args.size} has no old logprobs: use C")
     input_dir = ds_lib.ensure(ds)
     root = os.path.join(RUNS_DIR, "rollout_correction", ds.name)
-    os.makedirs(LOG_DIR, exist_ok=True)
     runs = {"plain": [], "corrected": ["--rollout-correction", args.preset]}
-    walls: dict[str, list[float]] = {name: [] for name in runs}
-    for round_ in range(args.rounds):
-        order = list(runs) if round_ % 2 == 0 else list(reversed(runs))  # neither always runs on a warmer cache
-        for name in order:
-            out = fresh_dir(os.path.join(root, name))
-            log = os.path.join(LOG_DIR, f"{ds.name}-rollout-correction-{name}-{round_}.log")
-            m = measure(relabel_command() + ["run", "--input", input_dir, "--output", out, *runs[name]], log)
-            if m.exit_code != 0:
-                print(f"{name} failed (exit {m.exit_code}):\n{log_tail(log)}", file=sys.stderr)
-                return 1
-            rows = check(out, name == "corrected") if round_ == 0 else None
-            walls[name].append(m.wall_s)
-            print(f"round {round_ + 1}: {name:<9} {m.wall_s:7.2f} s wall, {m.cpu_s:7.2f} s CPU, "
-                  f"peak RSS {m.peak_rss_mb:.0f} MB" + (f", {rows} rows" if rows else ""), flush=True)
-    plain, corrected = statistics.median(walls["plain"]), statistics.median(walls["corrected"])
-    ratio = corrected / plain
-    print(f"{ds.name}: --rollout-correction {args.preset} {corrected:.2f} s, without {plain:.2f} s (medians of "
-          f"{args.rounds}): ratio {ratio:.2f} (target <= {TARGET})")
-    return 0 if ratio <= TARGET else 1
-
+    try:
+        walls = relabel_runs(input_dir, runs, args.rounds, lambda name: os.path.join(root, name),
+                             f"{ds.name}-rollout-correction", lambda name, out: check(out, name == "corrected"))
+    except RunFailed as failed:
+        print(failed, file=sys.stderr)
+        return 1
+    ratio = Ratio.of(walls, "corrected", "plain")
+    print(f"{ds.name}: --rollout-correction {args.preset} {ratio.top:.2f} s, without {ratio.bottom:.2f} s (medians "
+          f"of {args.rounds}): ratio {ratio.value:.2f} ({ratio.spread()}; target <= {TARGET})")
+    return 0 if ratio.value <= TARGET else 1
 
 if __name__ == "__main__":
     sys.exit(main())

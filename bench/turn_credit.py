@@ -14,11 +14,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import sys
 
 from bench import datasets as ds_lib
-from bench.harness import LOG_DIR, RUNS_DIR, fresh_dir, log_tail, measure, relabel_command
+from bench.harness import RUNS_DIR, RunFailed
+from bench.paired import Ratio, relabel_runs
 
 TARGET = 1.5
 STATE_COLUMN = "response_length"
@@ -45,28 +45,16 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     input_dir = ds_lib.ensure(ds_lib.DATASETS[args.size])
     root = os.path.join(RUNS_DIR, "turn_credit", args.size)
-    os.makedirs(LOG_DIR, exist_ok=True)
-    walls: dict[str, list[float]] = {name: [] for name in RUNS}
-    for round_ in range(args.rounds):
-        order = list(RUNS) if round_ % 2 == 0 else list(reversed(RUNS))  # neither always runs on a warmer cache
-        for name in order:
-            flags = RUNS[name]
-            out = fresh_dir(os.path.join(root, name))
-            log = os.path.join(LOG_DIR, f"{args.size}-turn-credit-{name}-{round_}.log")
-            m = measure(relabel_command() + ["run", "--input", input_dir, "--output", out, *flags], log)
-            if m.exit_code != 0:
-                print(f"{name} failed (exit {m.exit_code}):\n{log_tail(log)}", file=sys.stderr)
-                return 1
-            rows = check(out) if round_ == 0 else None
-            walls[name].append(m.wall_s)
-            print(f"round {round_ + 1}: {name:<6} {m.wall_s:7.2f} s wall, {m.cpu_s:7.2f} s CPU, "
-                  f"peak RSS {m.peak_rss_mb:.0f} MB" + (f", {rows} rows" if rows else ""), flush=True)
-    grpo, gigpo = statistics.median(walls["grpo"]), statistics.median(walls["gigpo"])
-    ratio = gigpo / grpo
-    print(f"{args.size}: gigpo (state column {STATE_COLUMN}) {gigpo:.2f} s, grpo {grpo:.2f} s (medians of "
-          f"{args.rounds}): ratio {ratio:.2f} (target <= {TARGET})")
-    return 0 if ratio <= TARGET else 1
-
+    try:
+        walls = relabel_runs(input_dir, RUNS, args.rounds, lambda name: os.path.join(root, name),
+                             f"{args.size}-turn-credit", lambda name, out: check(out))
+    except RunFailed as failed:
+        print(failed, file=sys.stderr)
+        return 1
+    ratio = Ratio.of(walls, "gigpo", "grpo")
+    print(f"{args.size}: gigpo (state column {STATE_COLUMN}) {ratio.top:.2f} s, grpo {ratio.bottom:.2f} s (medians of "
+          f"{args.rounds}): ratio {ratio.value:.2f} ({ratio.spread()}; target <= {TARGET})")
+    return 0 if ratio.value <= TARGET else 1
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -82,6 +82,22 @@ class NumpyArrays:
             return np.bincount(ids, minlength=n)
         return np.bincount(ids, weights=weights.astype(np.float64), minlength=n).astype(np.int64)
 
+    def segments(self, counts):
+        """The rows of a flat token array whose row i holds the next counts[i] tokens (rows in order)."""
+        return NumpySegments(np.asarray(counts, dtype=np.int64))
+
+    def count_nonzero(self, flags) -> int:
+        return int(np.count_nonzero(flags))
+
+    def dot(self, a, b) -> float:
+        # einsum's own loop, not BLAS: a BLAS dot may hand a long vector to its worker threads, which on a
+        # busy machine costs more than the dot itself
+        return float(np.einsum("i,i->", a, b))
+
+    def minimum_(self, x, value):
+        """x capped at value, in place."""
+        return np.minimum(x, value, out=x)
+
     def cumsum(self, x):
         return np.cumsum(x)
 
@@ -170,6 +186,18 @@ class TorchArrays:
             return self._torch.bincount(ids, minlength=n)
         return self._torch.bincount(ids, weights=weights.to(self._torch.float64), minlength=n).long()
 
+    def segments(self, counts):
+        return TorchSegments(self._torch, counts.long())
+
+    def count_nonzero(self, flags) -> int:
+        return int(self._torch.count_nonzero(flags))
+
+    def dot(self, a, b) -> float:
+        return float(self._torch.dot(a, b))
+
+    def minimum_(self, x, value):
+        return x.clamp_(max=value)
+
     def cumsum(self, x):
         return self._torch.cumsum(x, 0)
 
@@ -203,6 +231,91 @@ class TorchArrays:
     def order_by(self, primary, secondary):
         by_secondary = self._torch.argsort(secondary, stable=True)
         return by_secondary.index_select(0, self._torch.argsort(primary.index_select(0, by_secondary), stable=True))
+
+
+class NumpySegments:
+    """Per-row reductions of a flat token array laid out row after row (row i: the next counts[i] tokens):
+    each row is one contiguous run, so a reduction is one `reduceat` over the rows' starts, with no row id
+    per token (bincount and ufunc.at over row ids are many times slower). Rows without a token hold the
+    identity (0 for sums, False for any, the dtype's smallest value for max)."""
+
+    def __init__(self, counts: np.ndarray):
+        self.counts = counts
+        self.n = int(counts.shape[0])
+        self.total = int(counts.sum())
+        nonempty = counts > 0
+        self._every_row = bool(nonempty.all())
+        self._nonempty = nonempty
+        self._starts = (np.cumsum(counts) - counts)[nonempty]
+
+    def _reduce(self, ufunc, values, identity, dtype=None):
+        out_dtype = dtype or values.dtype
+        if self.total == 0:
+            return np.full(self.n, identity, dtype=out_dtype)
+        reduced = ufunc.reduceat(values, self._starts, dtype=dtype)
+        if self._every_row:
+            return reduced
+        out = np.full(self.n, identity, dtype=out_dtype)
+        out[self._nonempty] = reduced
+        return out
+
+    def sum(self, values, dtype="float64"):
+        return self._reduce(np.add, values, 0, np.dtype(dtype))
+
+    def max(self, values):
+        return self._reduce(np.maximum, values, _smallest(values.dtype))
+
+    def any(self, flags):
+        return self._reduce(np.logical_or, flags, False)
+
+    def spread(self, per_row):
+        """Each row's value at each of its tokens."""
+        return np.repeat(per_row, self.counts)
+
+    def blocks(self, size: int):
+        """The rows in consecutive runs of about `size` tokens (whole rows; a longer row alone), as
+        (the run's tokens: a slice, its rows: a slice, NumpySegments of its rows); runs without a token are
+        left out. Working a run at a time keeps each temporary small: in cache, and in memory the
+        allocator hands out again instead of fresh pages."""
+        ends = np.cumsum(self.counts)
+        cuts = np.unique(np.minimum(np.searchsorted(ends, np.arange(size, self.total, size)) + 1, self.n))
+        bounds = [0, *cuts.tolist(), self.n]
+        for first, last in zip(bounds[:-1], bounds[1:]):
+            start = int(ends[first - 1]) if first else 0
+            stop = int(ends[last - 1]) if last else 0
+            if stop > start:
+                yield slice(start, stop), slice(first, last), NumpySegments(self.counts[first:last])
+
+
+class TorchSegments:
+    """NumpySegments on torch: a row id per token, index_add_ / scatter_reduce_ over it."""
+
+    def __init__(self, torch, counts):
+        self._torch = torch
+        self.counts = counts
+        self.n = int(counts.shape[0])
+        self.total = int(counts.sum())
+        self.row = torch.repeat_interleave(torch.arange(self.n, device=counts.device), counts)
+
+    def sum(self, values, dtype="float64"):
+        kind = {"float64": self._torch.float64, "int64": self._torch.int64}[dtype]
+        return self._torch.zeros(self.n, dtype=kind, device=values.device).index_add_(0, self.row, values.to(kind))
+
+    def max(self, values):
+        identity = _smallest(np.dtype(str(values.dtype).removeprefix("torch.")))
+        out = self._torch.full((self.n,), identity, dtype=values.dtype, device=values.device)
+        return out.scatter_reduce_(0, self.row, values, reduce="amax", include_self=True)
+
+    def any(self, flags):
+        return self.sum(flags, "int64") > 0
+
+    def spread(self, per_row):
+        return per_row.index_select(0, self.row)
+
+    def blocks(self, size: int):
+        """One run of every row: a device works best on the whole batch at once."""
+        if self.total:
+            yield slice(0, self.total), slice(0, self.n), self
 
 
 def arrays_for(x):

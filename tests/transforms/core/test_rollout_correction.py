@@ -177,3 +177,37 @@ def test_random_batches_agree_with_the_oracle(rows, preset, normalize, extra_rs)
     config = rc.resolve(preset, **options)
     for device in DEVICES:
         _check(rows, config, device)
+
+
+@settings(max_examples=60, deadline=None)
+@given(batches(), st.sampled_from(list(rc.PRESETS)), st.booleans(), st.integers(1, 5))
+def test_runs_of_a_few_tokens_agree_with_the_oracle(rows, preset, normalize, block):
+    # the per-token pass works a run of rows at a time: runs this short put every row boundary case
+    # (a run of one row, a row longer than a run, rows without a trainable token) in small batches
+    options = {"rollout_is_batch_normalize": True} if normalize and rc.PRESETS[preset].get("rollout_is") else {}
+    config = rc.resolve(preset, **options)
+    whole = rc.BLOCK_TOKENS
+    try:
+        rc.BLOCK_TOKENS = block
+        got = _check(rows, config, "cpu")
+    finally:
+        rc.BLOCK_TOKENS = whole
+    once = rc.correct(*_flat(rows, "cpu")[:1], len(rows), *_flat(rows, "cpu")[1:], config)
+    assert _np(got.mask).tolist() == _np(once.mask).tolist()
+    if once.weights is not None:
+        np.testing.assert_allclose(_np(got.weights), _np(once.weights), rtol=1e-15, atol=0)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_float32_weights_are_the_float64_weights_rounded(device):
+    row, mask, old, rollout = _flat(ROWS, device)
+    xp_rows = rc.arrays_for(row)
+    for preset in ("decoupled_token_is", "decoupled_seq_is", "decoupled_token_icepop"):
+        config = rc.resolve(preset, rollout_is_batch_normalize=True)
+        segments = xp_rows.segments(xp_rows.count(row[mask], len(ROWS)))
+        args = (segments, old[mask] - rollout[mask], segments.sum(old[mask]), segments.sum(rollout[mask]), config)
+        wide = rc.correct_trainable(*args)
+        narrow = rc.correct_trainable(*args, weights_dtype="float32")
+        assert str(narrow.weights.dtype).endswith("float32")
+        assert _np(narrow.weights).tolist() == _np(wide.weights).astype(np.float32).tolist()
+        assert narrow.metrics == wide.metrics

@@ -158,6 +158,12 @@ def list_sums(lists) -> np.ndarray:
     return np.where(np.asarray(lists.is_valid()), sums, 0)
 
 
+def one_array(column: pa.ChunkedArray) -> pa.Array:
+    """A column as one array: its only chunk as it is (combine_chunks copies even that), else the chunks
+    concatenated."""
+    return column.chunk(0) if column.num_chunks == 1 else column.combine_chunks()
+
+
 def lookup_path(table, path, what="baseline"):
     """The values at `path`: a column, or a dotted path into a struct, map or JSON-text column; a number
     steps into a list (`rewards.0`: the first element, null where the list is shorter).
@@ -168,11 +174,11 @@ def lookup_path(table, path, what="baseline"):
 
     Returns (Arrow array, None) or (None, why it cannot be read)."""
     if path in table.column_names:
-        return table.column(path).combine_chunks(), None
+        return one_array(table.column(path)), None
     top, *steps = path.split(".")
     if top not in table.column_names:
         return None, f"the file has no column {top!r} (for {what} {path!r})"
-    values = table.column(top).combine_chunks()
+    values = one_array(table.column(top))
     for depth, step in enumerate(steps):
         kind = values.type
         if (pa.types.is_list(kind) or pa.types.is_large_list(kind)) and step.isdigit():

@@ -12,13 +12,11 @@ position in the step. Text only: no tokens, masks or logprobs.
 """
 from __future__ import annotations
 
-import io
 import json
 import re
 
+import msgspec
 import pyarrow as pa
-import pyarrow.compute as pc
-from pyarrow import json as pa_json
 
 from rollout_relabel.transforms.core.reasons import Reason
 from rollout_relabel.transforms.lib.errors import BadFile
@@ -56,15 +54,27 @@ def _groups(ids: list, n: int | None) -> list[int]:
     return out
 
 
+def _lines(data: bytes):
+    """(number, line) for each line of the file, the lines as views: a step's line is megabytes, and copying it
+    costs more than decoding it."""
+    view, start, number = memoryview(data), 0, 0
+    while start < len(data):
+        end = data.find(b"\n", start)
+        end = len(data) if end < 0 else end
+        number += 1
+        yield number, view[start:end]
+        start = end + 1
+
+
 def columns_of(data: bytes, path: str) -> dict[str, list]:
     """The step's columns, its lines' lists one after another (ROLL writes one line)."""
     merged: dict[str, list] = {}
-    for number, line in enumerate(data.splitlines(), 1):
-        if not line.strip():
-            continue
+    for number, line in _lines(data):
         try:
-            columns = json.loads(line)
-        except ValueError as error:
+            columns = msgspec.json.decode(line)
+        except (msgspec.DecodeError, RecursionError) as error:
+            if bytes(line).isspace() or not len(line):  # a blank line
+                continue
             raise BadFile(Reason.MALFORMED_LINE, f"{path}: line {number} is not JSON ({error})") from error
         if not isinstance(columns, dict) or not all(isinstance(v, list) for v in columns.values()):
             raise BadFile(Reason.MALFORMED_LINE, f"{path}: line {number} is not an object of column lists")
@@ -73,35 +83,31 @@ def columns_of(data: bytes, path: str) -> dict[str, list]:
             raise BadFile(Reason.MALFORMED_LINE, f"{path}: line {number}: its columns differ in length")
         if merged and set(columns) != set(merged):
             raise BadFile(Reason.MALFORMED_LINE, f"{path}: line {number} has other columns than line 1")
-        for name, values in columns.items():
-            merged.setdefault(name, []).extend(values)
+        if not merged:
+            merged = columns  # the usual file: its one line, not copied
+        else:
+            for name, values in columns.items():
+                merged[name].extend(values)
     return merged
 
 
-def _fast_table(data: bytes) -> pa.Table | None:
-    """The lines' column lists as one table, parsed by pyarrow (C++): None where pyarrow cannot (mixed
-    types, lists of unequal length, ...): the Python path then reads the file and names what is wrong."""
-    try:
-        # one block: a step's line is one JSON object of any size
-        whole = pa_json.ReadOptions(block_size=max(len(data), 1 << 20))
-        lines = pa_json.read_json(io.BytesIO(data), read_options=whole)
-        if not all(pa.types.is_list(f.type) for f in lines.schema):
-            return None
-        lengths = [pc.list_value_length(lines.column(i).combine_chunks()) for i in range(lines.num_columns)]
-        if any(not lengths[0].equals(other) for other in lengths[1:]):
-            return None
-        return pa.table({name: pc.list_flatten(lines.column(name).combine_chunks()) for name in lines.column_names})
-    except (pa.ArrowException, ValueError):
-        return None
+def _arrays(columns: dict[str, list], path: str) -> pa.Table:
+    """The step's column lists as Arrow columns, each typed from its values (a column mixing kinds of values,
+    or holding an integer beyond int64, cannot be: the file is refused naming the column)."""
+    arrays = {}
+    for name, values in columns.items():
+        try:
+            arrays[name] = pa.array(values)
+        except (pa.ArrowException, OverflowError, TypeError) as error:
+            raise BadFile(Reason.ILL_TYPED_COLUMN, f"{path}: column `{name}` cannot be typed ({error})") from error
+    return pa.table(arrays)
 
 
 def read(path: str, columns, options: ReadOptions):
     data = read_bytes(path)
     if options.max_bytes is not None and len(data) > options.max_bytes:
         raise BadFile(Reason.FILE_TOO_LARGE, f"{path}: larger than --max-file-bytes")
-    table = _fast_table(data)
-    if table is None:
-        table = pa.table({name: pa.array(values) for name, values in columns_of(data, path).items()})
+    table = _arrays(columns_of(data, path), path)
     n_rows = table.num_rows
     names = table.column_names
     if n_rows and "id" not in names and "sampling_params" not in names:

@@ -5,6 +5,8 @@ import os
 
 import pytest
 
+from rollout_relabel.transforms.core.reasons import Reason
+from rollout_relabel.transforms.lib.errors import BadFile
 from rollout_relabel.transforms.lib.io import formats
 from rollout_relabel.transforms.lib.io.formats.prime_rl_format import spread
 from rollout_relabel.transforms.lib.io.inputs import expand_inputs
@@ -126,6 +128,37 @@ def test_bad_lines_are_rows_of_their_own_naming_file_and_line(tmp_path):
     }
     assert malformed_texts(table)[1] == lines[1]
 
+
+
+def _one_trace(tmp_path, nodes, spaced=False):
+    episode = Episode("g", 3, 3, [Trace({"acc": 1.0}, id="t1")], id="e1")
+    record = episode_record(episode, [{**trace_record(episode.traces[0]), "nodes": nodes}])
+    path = tmp_path / "rollouts" / "step_3" / "train" / "effective" / "traces.jsonl"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(record, separators=(", ", ": ") if spaced else (",", ":")) + "\n")
+    return str(path)
+
+
+@pytest.mark.parametrize("spaced", [False, True])
+def test_node_lists_parsed_at_once_keep_every_value(tmp_path, spaced):
+    # scattered sampled tokens, fewer logprobs than sampled tokens, a null and an empty list of advantages
+    nodes = [{"token_ids": [7, -1, 2**63 - 1], "mask": [False, False, False], "advantages": None},
+             {"parent": 0, "sampled": True, "token_ids": [], "mask": [], "logprobs": [], "advantages": []},
+             {"parent": 1, "sampled": True, "token_ids": [4, 5, 6, 8], "mask": [True, False, True, True],
+              "logprobs": [-0.5, -1.25e-3], "advantages": [0.75, 1e-7, 2]}]
+    row = formats.read_table(_one_trace(tmp_path, nodes, spaced))[0].to_pylist()[0]
+    assert row["token_ids"] == [7, -1, 2**63 - 1, 4, 5, 6, 8]
+    assert row["loss_mask"] == [0, 0, 0, 1, 0, 1, 1]
+    assert row["logprobs"] == pytest.approx([0, 0, 0, -0.5, 0, -1.25e-3, 0])
+    assert row["prime_rl_advantage"] == 0.75
+
+
+def test_a_token_id_beyond_int64_fails_the_file_only_where_tokens_are_read(tmp_path):
+    path = _one_trace(tmp_path, [{"sampled": True, "token_ids": [2**63], "mask": [True], "logprobs": [-1.0]}])
+    with pytest.raises(BadFile) as failed:
+        formats.read_table(path)
+    assert failed.value.reason == Reason.VALUE_TOO_LARGE and "beyond int64" in str(failed.value)
+    assert formats.read_table(path, ["step", "not_trained"])[0].to_pylist() == [{"step": 3, "not_trained": None}]
 
 
 def test_spread_places_a_nodes_values_on_its_sampled_tokens():
