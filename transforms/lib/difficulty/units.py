@@ -82,10 +82,12 @@ def tally_states(work: Work, settings: DifficultySettings, device: str = "cpu") 
     columns = _columns(labeling, settings, training_rows=work.kind == TRAINING_ROWS)
 
     def read(entry):
-        table, metadata = read_input(entry, columns, settings.max_file_bytes)
+        # on the read-ahead thread, which decodes on itself: pyarrow's own pool would take turns for the
+        # core the labelling thread uses
+        table, metadata = read_input(entry, columns, settings.max_file_bytes, use_threads=False)
         if settings.prompt_key is None and not any(c in table.column_names for c in PROMPT_TEXT_COLUMNS):
             # prompts given by their tokens only: the heavy column is read for these files alone
-            tokens, _ = read_input(entry, (TOKENS_COLUMN,), settings.max_file_bytes)
+            tokens, _ = read_input(entry, (TOKENS_COLUMN,), settings.max_file_bytes, use_threads=False)
             if TOKENS_COLUMN in tokens.column_names:
                 table = table.append_column(TOKENS_COLUMN, tokens.column(TOKENS_COLUMN))
         return table, metadata
