@@ -26,7 +26,7 @@ import pyarrow.compute as pc
 
 from rollout_relabel.transforms.core.reasons import Reason
 from rollout_relabel.transforms.lib.errors import BadFile
-from rollout_relabel.transforms.lib.io.columns import fill, lookup_path
+from rollout_relabel.transforms.lib.io.columns import fill, lookup_path, one_array
 
 PROMPT_COLUMN = "prompt"
 # where the prompt's text is, in order: ours, slime's, miles', AReaL's and TRL's `prompt`; verl's
@@ -79,7 +79,7 @@ def file_keys(table: pa.Table, source: str, prompt_key: str | None = None) -> Fi
 
 def _dictionary(values: pa.Array) -> tuple[np.ndarray, list]:
     """(code per row, -1 where null; the distinct values)."""
-    encoded = pc.dictionary_encode(values.combine_chunks() if isinstance(values, pa.ChunkedArray) else values)
+    encoded = pc.dictionary_encode(one_array(values) if isinstance(values, pa.ChunkedArray) else values)
     codes = fill(encoded.indices, -1).astype(np.int64)
     return codes, encoded.dictionary.to_pylist()
 
@@ -90,12 +90,13 @@ def _prompt_codes(table: pa.Table, source: str, required: bool) -> tuple[np.ndar
     n = table.num_rows
     name = next((c for c in PROMPT_TEXT_COLUMNS if c in table.column_names), None)
     if name is not None:
-        column = table.column(name).combine_chunks()
+        column = one_array(table.column(name))
         if pa.types.is_string(column.type) or pa.types.is_large_string(column.type):
             codes, texts = _dictionary(column)
         else:
             codes, texts = _by_text([None if v is None else canonical_json(v) for v in column.to_pylist()])
-        return codes, texts, [sha256_hex(t.encode("utf-8")) for t in texts]
+        sha256 = hashlib.sha256  # one call a distinct prompt: the loop is most of the keying
+        return codes, texts, [sha256(t.encode("utf-8")).hexdigest() for t in texts]
     if TOKENS_COLUMN in table.column_names:
         return _token_codes(table, source)
     if required:

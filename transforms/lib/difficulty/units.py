@@ -237,8 +237,11 @@ def _tallies(run: str, files: dict[str, _FileUnits], units, settings: Difficulty
         pairs = np.stack([key, np.where(has_step, step, 0), has_step.astype(np.int64)], axis=1)
         distinct, group = np.unique(pairs, axis=0, return_inverse=True)
         key_of_group = distinct[:, 0]
-    else:
-        key_of_group, group = np.unique(key, return_inverse=True)
+    else:  # np.unique(key, return_inverse=True) without its sort: the keys are positions in `names`
+        present = np.zeros(len(names), dtype=bool)
+        present[key] = True
+        key_of_group = np.flatnonzero(present)
+        group = (np.cumsum(present) - 1)[key]
     group = group.reshape(-1)
     groups = len(key_of_group)
     passes = np.bincount(group, weights=(reward >= settings.pass_threshold), minlength=groups).astype(np.int64)

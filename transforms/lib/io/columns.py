@@ -145,17 +145,20 @@ def bool_column(table, name):
 
 def list_sums(lists) -> np.ndarray:
     """Per-row sums of a list<int> array (null lists sum to 0), added in int64 over the flat values."""
-    lists = lists.combine_chunks() if isinstance(lists, pa.ChunkedArray) else lists
-    offsets = np.asarray(lists.offsets, dtype=np.int64)
+    lists = one_array(lists) if isinstance(lists, pa.ChunkedArray) else lists
+    offsets = lists.offsets.to_numpy()  # a sliced array's own (its values array is not sliced)
+    if not len(lists):
+        return np.zeros(0, dtype=np.int64)
     values = lists.values
     if values.null_count:  # their rows are flagged (null-mask-value); 0 keeps the sums integers
         values = pc.fill_null(values, 0)
     values = values.to_numpy(zero_copy_only=False)[:offsets[-1]]  # a sliced array's values run on
-    starts, nonempty = offsets[:-1], offsets[:-1] < offsets[1:]
-    sums = np.zeros(len(lists), dtype=np.int64)
-    if nonempty.any():  # each non-empty list runs from its start to the next one's: reduceat's segments
-        sums[nonempty] = np.add.reduceat(values, starts[nonempty], dtype=np.int64)
-    return np.where(np.asarray(lists.is_valid()), sums, 0)
+    # reduceat sums each list from its start to the next one's in one call; for an empty list it gives the
+    # value at its start instead, zeroed below, and the 0 after the values is what a start at the very end
+    # points at
+    sums = np.add.reduceat(np.concatenate([values, np.zeros(1, values.dtype)]), offsets[:-1], dtype=np.int64)
+    sums[offsets[:-1] == offsets[1:]] = 0
+    return np.where(np.asarray(lists.is_valid()), sums, 0) if lists.null_count else sums
 
 
 def one_array(column: pa.ChunkedArray) -> pa.Array:

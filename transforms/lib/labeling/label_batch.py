@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -187,13 +188,14 @@ def _corrected_results(batch: _Rows, out, reward, rollout_key, keep, corrected) 
 def _dead_records(batch: _Rows, out, reward: np.ndarray, rollout_key: pa.Array, labeling: Labeling) -> pa.Table:
     """The dead rows' DEAD_LETTERS records, each with the sentence naming its values."""
     dead_rows = np.flatnonzero(out.problem != 0)
+    if not len(dead_rows):
+        return _no_records()
     slim = batch.slim
-    keys = rollout_key.to_pylist() if len(dead_rows) else []
-    baselines = (slim.column("baseline").to_pylist() if len(dead_rows) and "baseline" in slim.column_names
-                 else None)
+    keys = rollout_key.to_pylist()
+    baselines = slim.column("baseline").to_pylist() if "baseline" in slim.column_names else None
     rows = BatchRows(batch.key, batch.rows, batch.source_of, out.prompt_group, reward, keys, batch.problem,
                      batch.details)
-    turns = slim.column("turn").to_pylist() if len(dead_rows) and "turn" in slim.column_names else None
+    turns = slim.column("turn").to_pylist() if "turn" in slim.column_names else None
     estimator = EstimatorRows(labeling.baseline_column, out.mainstream, baselines, np.asarray(slim.column("trainable")),
                               turns)
     messages = dead_messages(dead_rows, out.problem, rows, labeling.core, estimator)
@@ -204,10 +206,18 @@ def _dead_records(batch: _Rows, out, reward: np.ndarray, rollout_key: pa.Array, 
 def _filtered_records(batch: _Rows, out, reward: np.ndarray, filtered_rows: np.ndarray, labeling: Labeling
                       ) -> pa.Table:
     """The filtered rows (stale, metric-band, uniform-group), as records."""
+    if not len(filtered_rows):
+        return _no_records()
     return records(batch.key, [batch.source_of(i) for i in filtered_rows], batch.rows[filtered_rows],
                    [REASONS[c] for c in out.filtered[filtered_rows]],
                    filter_messages(batch.key, filtered_rows, out.filtered, out.prompt_group, reward, batch.slim,
                                    labeling.core, labeling.filter_metric))
+
+
+@functools.cache
+def _no_records() -> pa.Table:
+    """No records: what most batches have, dead or filtered, built once (Arrow tables are immutable)."""
+    return records("", [], np.zeros(0, dtype=np.int64), [], [])
 
 
 def _counts(batch: _Rows, out, rows_filtered: int) -> BatchCounts:
@@ -330,6 +340,8 @@ def concat_slim(tables: list[pa.Table]) -> pa.Table:
     """One batch's slim parts as one table; a part without a text key gets nulls there (dense_keys)."""
     if not tables:
         return schemas.SLIM.empty_table()
+    if len(tables) == 1 and all(column.num_chunks == 1 for column in tables[0].columns):
+        return tables[0]  # the usual batch, one file's part: already one chunk a column (combining copies)
     return pa.concat_tables(tables, promote_options="permissive").combine_chunks()
 
 

@@ -33,6 +33,7 @@ from rollout_relabel.transforms.lib.io.columns import (
     lookup_path,
     mapped_columns,
     mapped_sources,
+    one_array,
     usable_columns,
 )
 from rollout_relabel.transforms.lib.io.jsonl import malformed_lines
@@ -169,7 +170,7 @@ def _trainable_tokens(table: pa.Table, problem, details) -> np.ndarray:
     the length and mask checks flagged."""
     n = table.num_rows
     response_length = int_column(table, "response_length")
-    mask = table.column("loss_mask").combine_chunks() if "loss_mask" in table.column_names else None
+    mask = one_array(table.column("loss_mask")) if "loss_mask" in table.column_names else None
     has_mask = np.zeros(n, dtype=bool) if mask is None else np.asarray(mask.is_valid())
     mask_len = np.zeros(n, dtype=np.int64) if mask is None else fill(pc.list_value_length(mask), 0)
     mask_sum = np.zeros(n, dtype=np.int64) if mask is None else list_sums(mask)
@@ -266,9 +267,9 @@ def _by_batch(table: pa.Table, source: str, fields: Labeling, slim: pa.Table) ->
         raise BadFile(Reason.MISSING_COLUMN, f"{source}: `step` is null on {steps.null_count} rows "
                                             f"(first: row {first_null(steps)}); every row needs its batch")
     step_values = steps.to_numpy()
+    if len(step_values) and step_values.min() == step_values.max():  # the usual file: one step, nothing to split
+        return [(batch_key_of(source, int(step_values[0])), slim)]
     unique = np.unique(step_values)
-    if len(unique) == 1:  # the usual file: one step, no rows to split off
-        return [(batch_key_of(source, int(unique[0])), slim)]
     return [(batch_key_of(source, int(step)), slim.filter(pa.array(step_values == step))) for step in unique]
 
 
@@ -310,7 +311,7 @@ def _key(table, name):
     n = table.num_rows
     if name not in table.column_names:
         return pa.nulls(n, pa.int64()), None
-    column = table.column(name).combine_chunks()
+    column = one_array(table.column(name))
     if pa.types.is_integer(column.type):
         return pc.cast(column, pa.int64()), None
     return _placeholder(column), pc.cast(column, pa.string())
