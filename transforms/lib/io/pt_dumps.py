@@ -66,17 +66,23 @@ def read_dump(path: str, raw: bytes | None, columns=None) -> tuple[pa.Table, dic
     """The dump at `path` (a local file, read through a memory map) or in `raw` (a store's object's bytes).
 
     Raises BadFile for every file it cannot turn into a table, whatever the error."""
+    return costs_its_file(path, _read_dump, path, raw, columns)
+
+
+def costs_its_file(path: str, read, *args):
+    """read(*args), any failure of it a BadFile naming `path`: a strange value in a file must cost that file,
+    never the run (the .pt and SkyRL readers on their worker processes)."""
     try:
-        return _read_dump(path, raw, columns)
+        return read(*args)
     except BadFile:
         raise
     except MemoryError as error:
         raise BadFile(Reason.FILE_TOO_COSTLY, f"{path}: reading it ran out of memory ({error})") from error
     except Exception as error:  # noqa: BLE001 - a strange value must cost its file, never the run
-        raise BadFile(Reason.UNREADABLE_FILE, f"{path}: cannot be read: {_text(error)}") from error
+        raise BadFile(Reason.UNREADABLE_FILE, f"{path}: cannot be read: {error_text(error)}") from error
 
 
-def _text(error: BaseException) -> str:
+def error_text(error: BaseException) -> str:
     """An error as one short line of valid text (a value in it may hold a lone surrogate)."""
     text = f"{type(error).__name__}: {error}"
     text = text.encode("utf-8", "backslashreplace").decode("utf-8")

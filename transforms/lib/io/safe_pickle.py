@@ -15,7 +15,7 @@ How it stays as safe as the reference ("Restricting Globals" in Python's pickle 
   `torch._utils._rebuild_tensor_v2`, the typed storage classes (as torch's `StorageType`, like the
   reference) and `collections.OrderedDict`. No import by name, no attribute chain, nothing from
   builtins. Every callable a pickle can reach is one of these: the objects they return (tensors,
-  storages, empty hook dicts) are not callable. What it hands out takes no state (`_Admitted`, a
+  storages, empty hook dicts) are not callable. What it hands out takes no state (`Admitted`, a
   storage type of a loading class): `BUILD` on a function would write into its `__dict__`, shared
   by every later load in the process.
 - Each load's objects belong to that load (`_Load`): nothing a dump does outlives its load, and no
@@ -322,23 +322,25 @@ def _torch():
     return _TORCH
 
 
-class _Admitted:
-    """What find_class hands out for an admitted name: a call into this load that takes no state.
+class Admitted:
+    """What find_class hands out for an admitted name: a call into our own code that takes no state.
 
     A function or bound method would take `BUILD` into its `__dict__` (the function's, shared by every
-    later load in the process); this refuses it, and has no attribute a pickle can reach. It holds the
-    load, never the unpickler, so that nothing it is memoized with forms a cycle.
+    later load in the process); this refuses it (raising `refusal`), and has no attribute a pickle can reach.
+    It holds the load, never the unpickler, so that nothing it is memoized with forms a cycle. The SkyRL
+    reader's restricted unpickler hands out the same (formats/skyrl_format.py).
     """
-    __slots__ = ("_call",)
+    __slots__ = ("_call", "_refusal")
 
-    def __init__(self, call):
+    def __init__(self, call, refusal: type[Exception] = Declined):
         self._call = call
+        self._refusal = refusal
 
     def __call__(self, *args):
         return self._call(*args)
 
     def __setstate__(self, state):
-        raise Declined
+        raise self._refusal("BUILD on an admitted global")
 
 
 class _Load:
@@ -349,7 +351,7 @@ class _Load:
         self.storages: dict = {}
         self.made: list = []       # storages, tensors and storage types, of the loading classes until finish()
         self.hook_dicts: list = []
-        self.admitted: dict = {}   # (module, name) -> its _Admitted, one per load
+        self.admitted: dict = {}   # (module, name) -> its Admitted, one per load
         self.torch = None
 
     def admit(self, module, name):
@@ -374,7 +376,7 @@ class _Load:
     def once(self, key, call):
         admitted = self.admitted.get(key)
         if admitted is None:
-            admitted = self.admitted[key] = _Admitted(call)
+            admitted = self.admitted[key] = Admitted(call)
         return admitted
 
     def import_torch(self):

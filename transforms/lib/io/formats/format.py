@@ -104,6 +104,19 @@ def planned_by_name(step_from_name: Callable[[str], int | None]) -> Callable[[st
     return plan
 
 
+def planned_by_reading(read: Reader) -> Planner:
+    """The `plan` of a text layout with no footer: the file is read for its `step` values alone, and its
+    decoded size guessed at twice its bytes (text and its Arrow columns are of a size). A file that cannot
+    be read is planned without steps: the one-pass path reports it."""
+    def plan(path: str, size: int, step: str, max_bytes: int) -> Footer:
+        try:
+            table, _ = read(path, [step, step.split(".", 1)[0]], ReadOptions(max_bytes=max_bytes))
+            return Footer(steps_in(table, step), size * 2)
+        except BadFile:
+            return Footer(None, size * 2)
+    return plan
+
+
 def tail(handle: BinaryIO, size: int, reach: int) -> bytes:
     """The last `reach` bytes of the first `size` bytes of the file (an EndCheck's read)."""
     start = max(0, size - reach)

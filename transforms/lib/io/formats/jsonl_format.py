@@ -8,8 +8,7 @@ from __future__ import annotations
 import json
 import zlib
 
-from rollout_relabel.transforms.lib.errors import BadFile
-from rollout_relabel.transforms.lib.io.formats.format import Footer, Format, ReadOptions, read_bytes, steps_in, tail
+from rollout_relabel.transforms.lib.io.formats.format import Format, ReadOptions, planned_by_reading, read_bytes, tail
 from rollout_relabel.transforms.lib.io.jsonl import read_jsonl
 
 GZIPPED = ".jsonl.gz"
@@ -18,15 +17,6 @@ GZIPPED = ".jsonl.gz"
 def read(path: str, columns, options: ReadOptions):
     table = read_jsonl(path, read_bytes(path), columns, options.max_bytes, gzipped=path.lower().endswith(GZIPPED))
     return table, {"step": None, "prompt_group_sizes": None}
-
-
-def plan(path: str, size: int, step: str, max_bytes: int) -> Footer:
-    """The decoded size is guessed at twice the file's (text and its Arrow columns are of a size)."""
-    try:
-        table, _ = read(path, [step, step.split(".", 1)[0]], ReadOptions(max_bytes=max_bytes))
-        return Footer(steps_in(table, step), size * 2)
-    except BadFile:  # the one-pass path reports it
-        return Footer(None, size * 2)
 
 
 GZIP_MAGIC = b"\x1f\x8b"
@@ -70,4 +60,5 @@ def _gzip_ends(handle) -> bool:
     return decoder is not None and decoder.eof
 
 
-FORMAT = Format("jsonl", suffixes=(".jsonl", GZIPPED), read=read, plan=plan, ends_whole=ends_whole)
+FORMAT = Format("jsonl", suffixes=(".jsonl", GZIPPED), read=read, plan=planned_by_reading(read),
+                ends_whole=ends_whole)

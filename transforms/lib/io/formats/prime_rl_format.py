@@ -34,7 +34,7 @@ import pyarrow as pa
 from rollout_relabel.transforms.core.reasons import Reason
 from rollout_relabel.transforms.lib.errors import BadFile
 from rollout_relabel.transforms.lib.io import filesystem
-from rollout_relabel.transforms.lib.io.formats.format import Footer, Format, ReadOptions, read_bytes, steps_in
+from rollout_relabel.transforms.lib.io.formats.format import Format, ReadOptions, planned_by_reading, read_bytes
 from rollout_relabel.transforms.lib.io.jsonl import MALFORMED_LINES, MALFORMED_TEXTS
 
 # {rollouts}/step_{N}/train/{all,effective}/traces.jsonl (monitors/file.py); group 1: the rollouts folder
@@ -399,15 +399,6 @@ def read(path: str, columns, options: ReadOptions):
     return rows.table(path), {"step": None, "prompt_group_sizes": None}
 
 
-def plan(path: str, size: int, step: str, max_bytes: int) -> Footer:
-    """The `step` values (the dispatch steps) of the file's rows: the file is parsed, as a JSONL file is."""
-    try:
-        table, _ = read(path, [step, step.split(".", 1)[0]], ReadOptions(max_bytes=max_bytes))
-        return Footer(steps_in(table, step), size * 2)
-    except BadFile:  # the one-pass path reports it
-        return Footer(None, size * 2)
-
-
-FORMAT = Format("prime-rl", matches=matches, read=read, plan=plan, companions=companions,
+FORMAT = Format("prime-rl", matches=matches, read=read, plan=planned_by_reading(read), companions=companions,
                 preset=("--semantics=rollout-shared", "--estimator=dr_grpo", "--version-column=policy_start"),
                 stored_advantage="prime_rl_advantage")

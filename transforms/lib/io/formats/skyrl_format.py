@@ -33,7 +33,7 @@ import numpy as np
 import pyarrow as pa
 
 from rollout_relabel.transforms.core.reasons import Reason
-from rollout_relabel.transforms.lib.errors import BadFile, printable
+from rollout_relabel.transforms.lib.errors import BadFile
 from rollout_relabel.transforms.lib.io import pt_dumps, safe_pickle
 from rollout_relabel.transforms.lib.io.formats.format import Format, ReadOptions, planned_by_name, read_bytes, tail
 from rollout_relabel.transforms.lib.worker import processes as processes_pool
@@ -67,20 +67,6 @@ def step_from_name(path: str) -> int | None:
 
 class _Refused(pickle.UnpicklingError):
     """The pickle names a global (or a persistent id) that is not admitted."""
-
-
-class _Admitted:
-    """What find_class hands out: a call into one of our functions, taking no state (`BUILD` on it is refused)."""
-    __slots__ = ("_call",)
-
-    def __init__(self, call):
-        self._call = call
-
-    def __call__(self, *args):
-        return self._call(*args)
-
-    def __setstate__(self, state):
-        raise _Refused("BUILD on an admitted global")
 
 
 class _BatchClass:
@@ -125,21 +111,23 @@ def _device(kind, index=None):
     return kind if index is None else f"{kind}:{index}"
 
 
+# the only globals a batch's pickle may name, each our own function (or the batch class's stand-in)
 _ADMITTED = {
-    (_MODULE, "_rebuild_tensor_batch"): _Admitted(_rebuild),
+    (_MODULE, "_rebuild_tensor_batch"): _rebuild,
     (_MODULE, "TrainingInputBatch"): _TRAINING_INPUT_BATCH,
-    ("torch", "device"): _Admitted(_device),
+    ("torch", "device"): _device,
 }
 
 
 class _Unpickler(pickle.Unpickler):
-    """The C unpickler, its globals restricted to _ADMITTED (exact names: no import, no attribute chain)."""
+    """The C unpickler, its globals restricted to _ADMITTED (exact names: no import, no attribute chain); a
+    function is handed out wrapped, one wrapper per load, so that no load can write into it."""
 
     def find_class(self, module, name):
         admitted = _ADMITTED.get((module, name))
         if admitted is None:
             raise _Refused(f"global {module}.{name} is not one of SkyRL's batch names")
-        return admitted
+        return admitted if admitted is _TRAINING_INPUT_BATCH else safe_pickle.Admitted(admitted, _Refused)
 
     def persistent_load(self, pid):
         raise _Refused("a persistent id (pickle.dump of a batch writes none)")
@@ -306,19 +294,7 @@ def _lists(path: str, values: np.ndarray, keep: np.ndarray) -> pa.Array:
 def read_batch(path: str, raw: bytes | None, columns=None) -> tuple[pa.Table, dict]:
     """The batch at `path` (a local file) or in `raw` (a store's object's bytes) as rows; BadFile for every
     file that cannot be, naming it and what is wrong."""
-    try:
-        return _read_batch(path, raw, columns)
-    except BadFile:
-        raise
-    except MemoryError as error:
-        raise BadFile(Reason.FILE_TOO_COSTLY, f"{path}: reading it ran out of memory ({error})") from error
-    except Exception as error:  # noqa: BLE001 - a strange value must cost its file, never the run
-        raise BadFile(Reason.UNREADABLE_FILE, f"{path}: cannot be read: {_text(error)}") from error
-
-
-def _text(error: BaseException) -> str:
-    text = printable(f"{type(error).__name__}: {error}".encode("utf-8", "backslashreplace").decode("utf-8"))
-    return text if len(text) <= 300 else text[:300] + "..."
+    return pt_dumps.costs_its_file(path, _read_batch, path, raw, columns)
 
 
 def _read_batch(path: str, raw: bytes | None, columns) -> tuple[pa.Table, dict]:
@@ -336,7 +312,8 @@ def _read_batch(path: str, raw: bytes | None, columns) -> tuple[pa.Table, dict]:
         raise BadFile(Reason.UNSAFE_PICKLE, f"{path}: refused: {error}; unpickling it could run code") from error
     except (pickle.UnpicklingError, EOFError, ValueError, TypeError, KeyError, IndexError, AttributeError,
             UnicodeDecodeError, OverflowError) as error:
-        raise BadFile(Reason.UNREADABLE_FILE, f"{path}: corrupt or truncated SkyRL pickle: {_text(error)}") from error
+        raise BadFile(Reason.UNREADABLE_FILE,
+                      f"{path}: corrupt or truncated SkyRL pickle: {pt_dumps.error_text(error)}") from error
     step = step_from_name(path)
     table = _rows_of(path, state, step)
     if columns is not None:

@@ -148,7 +148,7 @@ def _companions(listing):
     return {p for p in listing if p.endswith("rollout_dump_data.meta.jsonl")}
 
 
-STEPPED = Format("stepped", matches=_step_dump, read=jsonl_format.read, plan=jsonl_format.plan,
+STEPPED = Format("stepped", matches=_step_dump, read=jsonl_format.read, plan=jsonl_format.FORMAT.plan,
                  preset=("--semantics=group-index",), companions=_companions, step_from_name=_step_of)
 
 
