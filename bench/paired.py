@@ -11,6 +11,7 @@ delta_output).
 """
 from __future__ import annotations
 
+import json
 import os
 import statistics
 from collections.abc import Callable, Sequence
@@ -54,6 +55,18 @@ def relabel_runs(input_dir: str, runs: dict[str, list[str]], rounds: int, output
         return m.wall_s
 
     return interleave(list(runs), rounds, run, alternate)
+
+
+def every_row_written(out: str) -> dict:
+    """The manifest of a `relabel run` output in which every input row was written (a bench's generated data
+    has no bad row); SystemExit naming the output otherwise. A `relabel_runs` check builds on it."""
+    with open(os.path.join(out, "_manifest.json")) as handle:
+        manifest = json.load(handle)
+    counts = manifest["counts"]
+    if counts["rows_out"] != counts["rows_in"] or counts["rows_dead"]:
+        raise SystemExit(f"{out}: {counts['rows_out']} of {counts['rows_in']} rows written, "
+                         f"{counts['rows_dead']} dead")
+    return manifest
 
 
 @dataclass(frozen=True)

@@ -12,13 +12,12 @@ is short or the ratio is above the target.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 
 from bench import datasets as ds_lib
 from bench.harness import RUNS_DIR, RunFailed
-from bench.paired import Ratio, relabel_runs
+from bench.paired import Ratio, every_row_written, relabel_runs
 
 TARGET = 1.5
 STATE_COLUMN = "response_length"
@@ -30,12 +29,7 @@ RUNS = {
 
 def check(out: str) -> int:
     """Every input row is written (the generated data has no bad row): rows out from the manifest."""
-    with open(os.path.join(out, "_manifest.json")) as handle:
-        counts = json.load(handle)["counts"]
-    if counts["rows_out"] != counts["rows_in"] or counts["rows_dead"]:
-        raise SystemExit(f"{out}: {counts['rows_out']} of {counts['rows_in']} rows written, "
-                         f"{counts['rows_dead']} dead")
-    return counts["rows_in"]
+    return every_row_written(out)["counts"]["rows_in"]
 
 
 def main(argv=None) -> int:
