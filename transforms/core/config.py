@@ -191,9 +191,7 @@ class CoreConfig:
             raise ValueError(f"unknown estimator {self.estimator!r}; choose one of {', '.join(Estimator)} "
                              f"(only {', '.join(estimators(passes_through=True))} pass rewards through)")
         object.__setattr__(self, "estimator", Estimator(self.estimator))
-        if self.singleton_groups not in SINGLETON_RULES:
-            raise ValueError(f"--singleton-groups {self.singleton_groups!r}: choose one of "
-                             f"{', '.join(SINGLETON_RULES)}")
+        _check_choice("singleton_groups", self.singleton_groups, SINGLETON_RULES)
         if self.singleton_groups != "zero" and self.semantics == Semantics.LEGACY_RESHAPE:
             raise ValueError("--singleton-groups raw is not accepted with legacy-reshape, which stays as it was")
         self._check_reward_fields()
@@ -201,11 +199,8 @@ class CoreConfig:
         object.__setattr__(self, "std_ddof", int(self.std_ddof))
         if self.std_ddof not in (0, 1):
             raise ValueError(f"--std-ddof must be 0 or 1, got {self.std_ddof}")
-        if self.row_weight not in ROW_WEIGHTS:
-            raise ValueError(f"--row-weight {self.row_weight!r}: choose one of {', '.join(ROW_WEIGHTS)}")
-        if self.row_weight_scale not in ROW_WEIGHT_SCALES:
-            raise ValueError(f"--row-weight-scale {self.row_weight_scale!r}: choose one of "
-                             f"{', '.join(ROW_WEIGHT_SCALES)}")
+        _check_choice("row_weight", self.row_weight, ROW_WEIGHTS)
+        _check_choice("row_weight_scale", self.row_weight_scale, ROW_WEIGHT_SCALES)
         if self.row_weight == "none" and self.row_weight_scale != "batch":
             raise ValueError(f"--row-weight-scale {self.row_weight_scale} needs --row-weight rollout|tokens")
         self._check_turn_options()
@@ -218,8 +213,8 @@ class CoreConfig:
                 object.__setattr__(self, name, float(value))
         for name in ("norm_mean_type", "norm_std_type"):
             value = getattr(self, name)
-            if value is not None and value not in NORM_LEVELS:
-                raise ValueError(f"{_flag(name)} {value!r}: choose one of {', '.join(NORM_LEVELS)}")
+            if value is not None:
+                _check_choice(name, value, NORM_LEVELS)
         estimator, turn = self.estimator, self.estimator.facts.per_row
         given = [name for name in ("turn_gamma", "norm_mean_type", "norm_std_type") if getattr(self, name) is not None]
         given += [name for name in ("episode_reward_weight", "step_reward_weight") if getattr(self, name) != 1.0]
@@ -271,11 +266,8 @@ class CoreConfig:
                 raise ValueError("--current-version needs --max-staleness K (staleness = current - version)")
             if self.stale_rows != "baseline-only":
                 raise ValueError(f"--stale-rows {self.stale_rows} needs --max-staleness K")
-        if self.stale_rows not in STALE_ROWS:
-            raise ValueError(f"--stale-rows {self.stale_rows!r}: choose one of {', '.join(STALE_ROWS)}")
-        if self.zero_mask_units not in ZERO_MASK_UNITS:
-            raise ValueError(f"--zero-mask-units {self.zero_mask_units!r}: choose one of "
-                             f"{', '.join(ZERO_MASK_UNITS)}")
+        _check_choice("stale_rows", self.stale_rows, STALE_ROWS)
+        _check_choice("zero_mask_units", self.zero_mask_units, ZERO_MASK_UNITS)
         tolerance = float(self.uniform_tolerance)
         object.__setattr__(self, "uniform_tolerance", tolerance)
         if not (math.isfinite(tolerance) and tolerance >= 0):
@@ -453,6 +445,12 @@ class CoreOptions(TypedDict, total=False):
 
 def _flag(name: str) -> str:
     return "--" + name.replace("_", "-")
+
+
+def _check_choice(name: str, value, choices) -> None:
+    """ValueError naming the option's flag and its choices when `value` is not one of them."""
+    if value not in choices:
+        raise ValueError(f"{_flag(name)} {value!r}: choose one of {', '.join(choices)}")
 
 
 def _band_text(text) -> str:
