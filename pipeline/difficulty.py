@@ -27,7 +27,7 @@ import pyarrow.parquet as pq
 
 from rollout_relabel.pipeline import worker_output
 from rollout_relabel.pipeline.compare_spec import labeling_from_record
-from rollout_relabel.pipeline.output_delta import storage_flags
+from rollout_relabel.pipeline.local_threads import create_reshuffles
 from rollout_relabel.pipeline.parse import Parsed, parse
 from rollout_relabel.pipeline.settings_from_flags import labeling
 from rollout_relabel.transforms.lib.difficulty import keep as keep_lib
@@ -114,7 +114,7 @@ def settings_of(args: argparse.Namespace) -> DifficultySettings:
             inputs=tuple(args.inputs), output=args.output.rstrip("/") or args.output, labeling=labeling(args),
             prompt_key=args.prompt_key, pass_threshold=args.pass_threshold, ks=tuple(args.ks or ()),
             by=args.by, output_format=args.output_format,
-            storage_options=tuple(sorted(storage_flags(args.storage_options).items())), keep=args.keep,
+            storage_options=tuple(sorted(delta_table.storage_flags(args.storage_options).items())), keep=args.keep,
             keep_output=args.keep_output, plot=args.plot, overwrite=args.overwrite, device=args.device,
             max_file_bytes=args.max_file_bytes)
     except ValueError as error:
@@ -168,7 +168,7 @@ def _into(parsed: Parsed, settings: DifficultySettings, runs: list[RunInput], ke
     notes = []
     if not new and existing is not None and existing[0].get("k") == list(settings.ks):
         notes.append("already complete: every run given is in the table with the same files; nothing to add")
-        table = read_table(settings, existing)
+        rows = sum(_file_rows(entry.path) for entry in existing[1])
         counts = {}
     else:
         works = [work for run in new for work in run_works(run)]
@@ -176,24 +176,27 @@ def _into(parsed: Parsed, settings: DifficultySettings, runs: list[RunInput], ke
             works.insert(0, Work("", EXISTING, settings.labeling, tuple(existing[1])))
         staging, name = staging_place(settings, record)
         pipeline = test_pipeline if test_pipeline is not None else beam.Pipeline(options=parsed.options)
-        tallied = pipeline | "ListWork" >> beam.Create(works) | "TallyDifficulty" >> TallyDifficulty(settings)
+        tallied = (pipeline | "ListWork" >> beam.Create(works, reshuffle=create_reshuffles(parsed.options))
+                   | "TallyDifficulty" >> TallyDifficulty(settings))
         _ = tallied | "WriteDifficultyTable" >> WriteDifficultyTable(settings, staging, name, record)
         with worker_output.logged():
             pipeline.run().wait_until_finish()
-        table = commit(settings, filesystem.join(staging, name))
+        rows = commit(settings, filesystem.join(staging, name))
         counts_path = filesystem.join(staging, counts_name(name))
         counts = output_files.read_json(counts_path) or {}
         filesystem.delete_existing([counts_path])
-    kept = write_kept(settings, keep, table) if keep is not None else None
-    if kept is not None:
-        notes.append(f"kept        {kept[0]} of {table.num_rows} rows -> {kept[1]}")
+    # the committed table is read back only for what needs its rows
+    table = read_table(settings, read_existing(settings)) if keep is not None or settings.plot else None
+    if keep is not None:
+        kept, target = write_kept(settings, keep, table)
+        notes.append(f"kept        {kept} of {rows} rows -> {target}")
     if settings.plot:
         from rollout_relabel.transforms.lib.difficulty.plot import write_plot
         write_plot(table, settings.plot)
         notes.append(f"plot        {settings.plot}")
     dead = counts.get("rows_dead", 0) or counts.get("files_unreadable", 0)
     return DifficultyOutcome(ExitCode.DEAD_LETTERS if dead else ExitCode.OK, settings.output,
-                             [r.name for r in new], held, counts, table.num_rows, notes)
+                             [r.name for r in new], held, counts, rows, notes)
 
 
 def _deltalake():
@@ -360,26 +363,31 @@ def staging_place(settings: DifficultySettings, record: dict) -> tuple[str, str]
     return settings.output, f"_staged-{token}.parquet"
 
 
-def commit(settings: DifficultySettings, staged: str) -> pa.Table:
-    """The staged table made the table, in one commit; returns the table."""
+def commit(settings: DifficultySettings, staged: str) -> int:
+    """The staged table made the table, in one commit (a Parquet output's: a rename); returns its row count."""
+    if settings.output_format != "delta":
+        rows = _file_rows(staged)
+        output_files.commit_file(staged, settings.output, TABLE_NAME)
+        return rows
     with filesystem.open_read(staged) as handle:
-        data = handle.read()
-    parquet = pq.ParquetFile(io.BytesIO(data))
+        parquet = pq.ParquetFile(io.BytesIO(handle.read()))
     record = json.loads(parquet.schema_arrow.metadata[output_files.LINEAGE_KEY])
     table = parquet.read()
-    if settings.output_format == "delta":
-        deltalake = _deltalake()
-        from deltalake.transaction import CommitProperties
-        deltalake.write_deltalake(settings.output, table.replace_schema_metadata(None), mode="overwrite",
-                                  schema_mode="overwrite",
-                                  storage_options=delta_table.storage_options(settings.output,
-                                                                              dict(settings.storage_options)),
-                                  commit_properties=CommitProperties(
-                                      custom_metadata={difficulty_table.RECORD_KEY: record}))
-    else:
-        output_files.write_bytes_atomically(data, settings.output, TABLE_NAME)
+    deltalake = _deltalake()
+    from deltalake.transaction import CommitProperties
+    deltalake.write_deltalake(settings.output, table.replace_schema_metadata(None), mode="overwrite",
+                              schema_mode="overwrite",
+                              storage_options=delta_table.storage_options(settings.output,
+                                                                          dict(settings.storage_options)),
+                              commit_properties=CommitProperties(custom_metadata={difficulty_table.RECORD_KEY: record}))
     filesystem.delete_existing([staged])
-    return table
+    return table.num_rows
+
+
+def _file_rows(path: str) -> int:
+    """A Parquet file's row count, from its footer."""
+    with filesystem.open_read(path) as handle:
+        return pq.ParquetFile(handle).metadata.num_rows
 
 
 def write_kept(settings: DifficultySettings, keep, table) -> tuple[int, str]:

@@ -90,6 +90,16 @@ def use_local_threads(options: PipelineOptions, threads: int) -> None:
     direct.direct_num_workers = threads
 
 
+def create_reshuffles(options: PipelineOptions) -> bool:
+    """Whether a `beam.Create` of a pipeline run with these options should redistribute its elements
+    (Beam's default): on every runner but the default one on one worker thread. Elsewhere, all of a
+    Create's elements come out of one bundle, and only the reshuffle lets several workers share them; on
+    one thread there is nobody to share with, and the reshuffle is a stage more for each run to pay."""
+    direct = options.view_as(DirectOptions)
+    one_thread = direct.direct_num_workers == 1 and direct.direct_running_mode in (None, "in_memory")
+    return not (options.view_as(StandardOptions).runner == DEFAULT_RUNNER and one_thread)
+
+
 def claim_local_threads(command: str, parsed) -> int | None:
     """When the threads are ours to choose (owns_local_threads), start from one per core, at most
     MAX_LOCAL_THREADS (`run` lowers it once the inputs are known); returns that count, else None."""

@@ -42,21 +42,11 @@ def run_name(args: argparse.Namespace, settings: RunSettings) -> str:
     return delta_table.check_run_name(folder.rsplit("/", 1)[-1] or "run")
 
 
-def storage_flags(flags: list[str] | None) -> dict[str, str]:
-    options = {}
-    for flag in flags or []:
-        key, sep, value = flag.partition("=")
-        if not sep or not key:
-            raise UsageError(f"--storage-option {flag!r}: expected KEY=VALUE")
-        options[key] = value
-    return options
-
-
 def run(parsed: Parsed, settings: RunSettings, test_pipeline: beam.Pipeline | None = None) -> RunOutcome:
     """One run into the Delta table --output: stage its part files, then commit them once."""
     table = settings.output
     run = run_name(parsed.args, settings)  # the run partition (this function is the module's run)
-    storage = delta_table.storage_options(table, storage_flags(parsed.args.storage_options))
+    storage = delta_table.storage_options(table, delta_table.storage_flags(parsed.args.storage_options))
     refuse_folder_output(table)
     files = expand_inputs(settings.inputs, table)
     if not files:
@@ -209,5 +199,5 @@ def backfill_output(output: str, run: str) -> str:
 def published(args: argparse.Namespace, run: str) -> tuple[int | None, dict]:
     """The table's version holding the run, and the counts its commit recorded."""
     found = delta_table.open_snapshot(args.output, run, delta_table.storage_options(
-        args.output, storage_flags(args.storage_options))).last_commit()
+        args.output, delta_table.storage_flags(args.storage_options))).last_commit()
     return (found["version"], found.get("counts", {})) if found else (None, {})

@@ -17,8 +17,6 @@ from rollout_relabel.transforms.lib.difficulty.units import COUNTS
 from rollout_relabel.transforms.lib.output.output_files import write_bytes_atomically, write_parquet_atomically
 from rollout_relabel.transforms.tally_difficulty import COUNTS as COUNTS_TAG
 
-TALLY = "tally"
-
 
 def counts_name(table_name: str) -> str:
     """The file beside the staged table holding the counts of the pass that made it."""
@@ -29,15 +27,13 @@ class WriteTableFn(beam.DoFn):
     def __init__(self, settings: DifficultySettings, directory: str, name: str, record: dict):
         self._settings, self._directory, self._name, self._record = settings, directory, name, record
 
-    def process(self, grouped):
-        _, items = grouped
-        items = list(items)
-        merged = [pickle.loads(value).table for kind, value in items if kind == TALLY]
+    def process(self, grouped, group_counts):
+        _, pickled = grouped
+        merged = [pickle.loads(value).table for value in pickled]
         counts = dict.fromkeys(COUNTS, 0)
-        for kind, value in items:
-            if kind == COUNTS_TAG:
-                for name in COUNTS:
-                    counts[name] += value[name]
+        for value in group_counts:
+            for name in COUNTS:
+                counts[name] += value[name]
         table = difficulty_table.from_rows(merged, self._settings.by, self._settings.ks)
         # the counts of this pass beside the table, not in it: a table built run by run is byte for byte
         # the table built at once
@@ -57,11 +53,9 @@ class WriteDifficultyTable(beam.PTransform):
 
     def expand(self, outputs):
         # each bucket's rows under one key, grouped (not combined: the table is built once, from all of
-        # them); pickled here, as the runner's own coder does not know MergedRows
-        tallies = outputs["tallies"] | "TagTallies" >> beam.MapTuple(
-            lambda _, rows: (None, (TALLY, pickle.dumps(rows, protocol=pickle.HIGHEST_PROTOCOL))))
-        counts = outputs[COUNTS_TAG] | "TagCounts" >> beam.Map(lambda item: (None, (COUNTS_TAG, item)))
-        return ((tallies, counts)
-                | "FlattenTallies" >> beam.Flatten()
+        # them); pickled here, as the runner's own coder does not know MergedRows. The counts come as a
+        # side input: small, and a Flatten of two stages' outputs would be a stage of its own.
+        return (outputs["tallies"]
+                | "KeyTallies" >> beam.MapTuple(lambda _, rows: (None, pickle.dumps(rows, pickle.HIGHEST_PROTOCOL)))
                 | "CollectTable" >> beam.GroupByKey()
-                | "WriteTable" >> beam.ParDo(self._fn))
+                | "WriteTable" >> beam.ParDo(self._fn, beam.pvalue.AsList(outputs[COUNTS_TAG])))

@@ -2,7 +2,8 @@
 import pytest
 
 from rollout_relabel.pipeline.generate import RunSpec, write_parquet_run
-from rollout_relabel.pipeline.local_threads import available_memory, local_thread_count
+from rollout_relabel.pipeline.local_threads import available_memory, create_reshuffles, local_thread_count
+from rollout_relabel.pipeline.parse import parse
 from tests.conftest import run_cli
 
 GB = 10 ** 9
@@ -118,3 +119,14 @@ def test_a_run_over_dumps_reads_them_on_the_pool_and_writes_the_same_bytes(tmp_p
     assert [s.pt_processes for s in seen] == [2, 0]
     for name in ("part-0.parquet", "part-1.parquet"):
         assert (tmp_path / "pool" / name).read_bytes() == (tmp_path / "thread" / name).read_bytes()
+
+
+@pytest.mark.parametrize("flags,reshuffles", [
+    ([], False),                                                        # the default: one thread, in process
+    (["--direct_num_workers=2", "--direct_running_mode=multi_threading"], True),
+    (["--direct_running_mode=multi_processing"], True),
+    (["--runner=DirectRunner"], True),                                  # any other runner spreads its elements
+])
+def test_a_create_reshuffles_wherever_a_worker_may_share_its_elements(flags, reshuffles):
+    options = parse("difficulty", ["--input", "in", "--output", "out", *flags]).options
+    assert create_reshuffles(options) is reshuffles

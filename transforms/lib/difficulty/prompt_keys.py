@@ -84,14 +84,31 @@ def _dictionary(values: pa.Array) -> tuple[np.ndarray, list]:
     return codes, encoded.dictionary.to_pylist()
 
 
+def _encoded(column: pa.ChunkedArray) -> tuple[np.ndarray, list]:
+    """A dictionary-encoded column's (code per row, -1 where null; its dictionary's values). Its chunks
+    (row groups) share one dictionary once unified; a value twice in it, or in none of the rows, costs a
+    hash only (keys are made distinct where the tally gathers them)."""
+    chunks = column.unify_dictionaries().chunks
+    if not chunks:
+        return np.zeros(0, dtype=np.int64), []
+    codes = fill(pa.chunked_array([chunk.indices for chunk in chunks]), -1).astype(np.int64)
+    return codes, chunks[0].dictionary.to_pylist()
+
+
+def _is_text(kind: pa.DataType) -> bool:
+    return pa.types.is_string(kind) or pa.types.is_large_string(kind)
+
+
 def _prompt_codes(table: pa.Table, source: str, required: bool) -> tuple[np.ndarray, list[str], list[str]]:
     """(code per row, -1 where it has no prompt; each code's prompt as the text that is hashed, or as token
     ids in JSON text for a prompt given by its tokens; each code's SHA-256)."""
     n = table.num_rows
     name = next((c for c in PROMPT_TEXT_COLUMNS if c in table.column_names), None)
     if name is not None:
-        column = one_array(table.column(name))
-        if pa.types.is_string(column.type) or pa.types.is_large_string(column.type):
+        kind = table.column(name).type
+        if pa.types.is_dictionary(kind) and _is_text(kind.value_type):  # read dictionary-encoded
+            codes, texts = _encoded(table.column(name))
+        elif _is_text((column := one_array(table.column(name))).type):
             codes, texts = _dictionary(column)
         else:
             codes, texts = _by_text([None if v is None else canonical_json(v) for v in column.to_pylist()])

@@ -80,17 +80,25 @@ def tally_states(work: Work, settings: DifficultySettings, device: str = "cpu") 
     units: list[tuple[str, np.ndarray]] = []  # (source, its unit rows)
     labeling = work.labeling if work.kind != TRAINING_ROWS else dataclasses.replace(work.labeling, batch_from="file")
     columns = _columns(labeling, settings, training_rows=work.kind == TRAINING_ROWS)
+    encoded = _encoded_columns(labeling)
+
+    keys_of: dict[str, FileKeys | BadFile] = {}  # a file read -> its rows' prompt keys (or why it has none)
 
     def read(entry):
         # on the read-ahead thread, which decodes on itself: pyarrow's own pool would take turns for the
         # core the labelling thread uses
-        table, metadata = read_input(entry, columns, settings.max_file_bytes, use_threads=False)
+        table, metadata = read_input(entry, columns, settings.max_file_bytes, use_threads=False, dictionary=encoded)
         if settings.prompt_key is None and not any(c in table.column_names for c in PROMPT_TEXT_COLUMNS):
             # prompts given by their tokens only: the heavy column is read for these files alone
             tokens, _ = read_input(entry, (TOKENS_COLUMN,), settings.max_file_bytes, use_threads=False)
             if TOKENS_COLUMN in tokens.column_names:
                 table = table.append_column(TOKENS_COLUMN, tokens.column(TOKENS_COLUMN))
-        return table, metadata
+        try:  # here too: hashing the prompts balances the two threads' work
+            keys: FileKeys | BadFile = file_keys(mapped_columns(table, labeling.columns), entry.path,
+                                                 settings.prompt_key)
+        except BadFile as bad:
+            keys = bad
+        return table, metadata, keys
 
     # while one file is slimmed and labelled, the next is read on a second thread: pyarrow decodes without
     # the GIL, so a local run (one thread of Beam's) decodes on another core meanwhile
@@ -101,7 +109,8 @@ def tally_states(work: Work, settings: DifficultySettings, device: str = "cpu") 
             planned, found = next(reads)
             if planned is not entry:
                 raise RuntimeError(f"{entry.path} was read out of its work's order")
-            return found.result()
+            table, metadata, keys_of[entry.path] = found.result()
+            return table, metadata
 
         for group in work.groups():
             buckets = Buckets()
@@ -109,10 +118,11 @@ def tally_states(work: Work, settings: DifficultySettings, device: str = "cpu") 
                 counts["files"] += 1
                 if isinstance(item, Unreadable):
                     counts["files_unreadable"] += 1
+                    keys_of.pop(item.source, None)
                     continue
                 try:
-                    files[item.source] = _file_units(item.table, item.metadata, item.parts, item.source, labeling,
-                                                     settings.prompt_key)
+                    files[item.source] = _file_units(item.table, item.metadata, item.parts, keys_of.pop(item.source),
+                                                     labeling)
                     if work.kind == TRAINING_ROWS:
                         units.append((item.source, _marked_units(item.table, item.parts, item.source)))
                 except BadFile:
@@ -164,10 +174,19 @@ def _columns(labeling: Labeling, settings: DifficultySettings, training_rows: bo
     return tuple(dict.fromkeys(slim_input_columns(labeling) + extra))
 
 
-def _file_units(table: pa.Table, metadata: dict, parts, source: str, labeling: Labeling,
-                prompt_key: str | None) -> _FileUnits:
+def _encoded_columns(labeling: Labeling) -> tuple[str, ...]:
+    """The prompt's text columns read dictionary-encoded (a step repeats each prompt over its rollouts, and
+    only the distinct ones are hashed): those the labelling does not read as values itself (a --column
+    source, or `input`, by which --group-key verl-uid groups a legacy verl dump)."""
+    read = set(slim_input_columns(labeling)) | ({"input"} if labeling.group_key == "verl-uid" else set())
+    return tuple(c for c in PROMPT_TEXT_COLUMNS if c not in read)
+
+
+def _file_units(table: pa.Table, metadata: dict, parts, keys: FileKeys | BadFile, labeling: Labeling) -> _FileUnits:
+    """A file's units' keys (file_keys', or the BadFile it raised), rewards and steps."""
+    if isinstance(keys, BadFile):
+        raise keys
     mapped = mapped_columns(table, labeling.columns)
-    keys = file_keys(mapped, source, prompt_key)
     n = table.num_rows
     reward = np.zeros(n)
     for _, slim in parts:

@@ -17,12 +17,14 @@ from rollout_relabel.transforms.lib.settings import DEFAULT_MAX_FILE_BYTES
 
 
 def read_input(f: InputFile, columns=None, max_bytes: int = DEFAULT_MAX_FILE_BYTES,
-               use_threads: bool = True, processes: int = 0) -> tuple[pa.Table, dict]:
+               use_threads: bool = True, processes: int = 0, dictionary: tuple[str, ...] = ()
+               ) -> tuple[pa.Table, dict]:
     """An input as the plan listed it, read with read_table.
 
     Refused (BadFile) before any byte is read when its name cannot travel, it is not a regular file
     (a FIFO would hang the run, /dev/zero would fill memory) or it is over max_bytes; InputChanged
-    when its size or mtime is no longer what the plan saw. `use_threads`, `processes`: as read_table's.
+    when its size or mtime is no longer what the plan saw. `use_threads`, `processes`, `dictionary`: as
+    read_table's.
     """
     if f.problem:
         raise BadFile(f.problem, f"{f.path}: its name is not valid UTF-8; rename the file to relabel it")
@@ -30,7 +32,7 @@ def read_input(f: InputFile, columns=None, max_bytes: int = DEFAULT_MAX_FILE_BYT
     if f.size > max_bytes:
         raise BadFile(Reason.FILE_TOO_LARGE, f"{f.path}: {f.size} bytes is over the {max_bytes}-byte limit "
                                              "(--max-file-bytes)")
-    table, metadata = read_table(f.path, columns, use_threads, max_bytes, processes)
+    table, metadata = read_table(f.path, columns, use_threads, max_bytes, processes, dictionary)
     _check_unchanged(f)
     return table, metadata
 
@@ -46,7 +48,7 @@ def _check_unchanged(f: InputFile) -> None:
 
 
 def read_table(path: str, columns=None, use_threads: bool = True, max_bytes: int = DEFAULT_MAX_FILE_BYTES,
-               processes: int = 0) -> tuple[pa.Table, dict]:
+               processes: int = 0, dictionary: tuple[str, ...] = ()) -> tuple[pa.Table, dict]:
     """The file's rows (only `columns` when given, those present) and its batch metadata, read by its format
     (formats.read_table).
 
@@ -54,7 +56,8 @@ def read_table(path: str, columns=None, use_threads: bool = True, max_bytes: int
     `max_bytes`: a compressed file is refused once it decompresses to more (file-too-large).
     `processes` > 1: a local file whose reader holds the GIL is read on a pool of that many processes
     (lib/worker/processes.py); a `.pt` dump always is, on one at least (formats/pt_format.py).
+    `dictionary`: Parquet columns read dictionary-encoded where they are text (other formats ignore it).
 
     metadata: {"step": int | None, "prompt_group_sizes": list[int] | None}
     """
-    return formats.read_table(path, columns, ReadOptions(use_threads, max_bytes, processes))
+    return formats.read_table(path, columns, ReadOptions(use_threads, max_bytes, processes, tuple(dictionary)))

@@ -66,6 +66,17 @@ def check_run_name(name: str) -> str:
     return name
 
 
+def storage_flags(flags: list[str] | None) -> dict[str, str]:
+    """--storage-option KEY=VALUE flags as a dict."""
+    options = {}
+    for flag in flags or []:
+        key, sep, value = flag.partition("=")
+        if not sep or not key:
+            raise UsageError(f"--storage-option {flag!r}: expected KEY=VALUE")
+        options[key] = value
+    return options
+
+
 def storage_options(table: str, given: dict[str, str]) -> dict[str, str] | None:
     """deltalake's storage options for `table`. On S3 two writers must not both create one commit file:
     unless a locking provider is named, commits use conditional writes (`conditional_put=etag`: S3, MinIO

@@ -47,6 +47,14 @@ def write_bytes_atomically(data: bytes, directory: str, name: str) -> None:
     _write_atomically(directory, name, lambda handle: handle.write(data))
 
 
+def commit_file(staged: str, directory: str, name: str) -> None:
+    """A complete file written elsewhere in `directory` (a staged name) made directory/name, by a rename
+    (never a copy through this process)."""
+    crash_point("before-rename", name)
+    _commit(staged, filesystem.join(directory, name), filesystem.join(directory, f"{OLD_PREFIX}{_WRITER}-{name}"))
+    crash_point("after-rename", name)
+
+
 def _write_atomically(directory: str, name: str, write) -> None:
     """write(handle) fills a temporary file, streamed (never a whole copy in memory), then it is renamed."""
     final = filesystem.join(directory, name)

@@ -141,3 +141,20 @@ def test_settings_refuse_filters_and_bad_values():
         DifficultySettings(("in",), "out", labeling=dataclasses.replace(Labeling(), drop_uniform_groups=True))
     with pytest.raises(ValueError, match="--k must be 1 or more"):
         DifficultySettings(("in",), "out", ks=(0,))
+
+
+def test_prompts_read_dictionary_encoded_key_as_plain_text_does_across_row_groups_and_nulls(tmp_path):
+    folder = tmp_path / "run-a"
+    folder.mkdir()
+    prompts = ["p1", "p0", None, "p1", "p2", "p0"]
+    pq.write_table(pa.table({"step": [1] * 6, "group_index": [0, 1, 2, 0, 3, 1], "rollout_id": list(range(6)),
+                             "reward": [1.0, 0.0, 1.0, 0.5, 1.0, 1.0], "response_length": [2] * 6,
+                             "prompt": prompts}), folder / "rows.parquet", row_group_size=2)
+    found, counts = tallies(expand_inputs([str(folder)], str(tmp_path / "out")))
+    assert {key[0]: (t.units, t.passes, t.reward_sum, t.prompt) for key, t in found.items()} == {
+        sha("p0"): (2, 1, 1.0, "p0"), sha("p1"): (2, 1, 1.5, "p1"), sha("p2"): (1, 1, 1.0, "p2")}
+    assert counts["units_without_key"] == 1  # the null prompt's row
+    # a --column source keeps its values: grouped by the prompt's text, the groups are the prompts
+    by_prompt = Labeling(columns=("group_index=prompt",))
+    assert {key[0]: t.units for key, t in tallies(expand_inputs([str(folder)], str(tmp_path / "out")),
+                                                  by_prompt)[0].items()} == {sha("p0"): 2, sha("p1"): 2, sha("p2"): 1}

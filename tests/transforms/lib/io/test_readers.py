@@ -102,3 +102,15 @@ def test_parquet_reads_through_filesystems(tmp_path):
     pq.write_table(pa.table({"reward": [1.0, 2.0], "tokens": [[1], [2, 3]]}), path)
     table, metadata = read_table(str(path), columns=("reward",))
     assert table.column_names == ["reward"] and metadata["prompt_group_sizes"] is None
+
+
+def test_parquet_text_columns_are_read_dictionary_encoded_on_request_and_others_as_stored(tmp_path):
+    path = tmp_path / "rows.parquet"
+    pq.write_table(pa.table({"prompt": ["a", "b", "a", None], "input": [1, 2, 3, 4],
+                             "messages": [[{"role": "user"}]] * 4}), path, row_group_size=3)
+    table, _ = read_table(str(path), dictionary=("prompt", "input", "messages", "absent"))
+    assert table.schema.field("prompt").type == pa.dictionary(pa.int32(), pa.string())
+    assert table.column("prompt").to_pylist() == ["a", "b", "a", None]  # two row groups, each its dictionary
+    assert table.schema.field("input").type == pa.int64()  # not text: as stored, never refused
+    assert table.column("messages").to_pylist() == [[{"role": "user"}]] * 4
+    assert read_table(str(path))[0].schema.field("prompt").type == pa.string()

@@ -28,6 +28,9 @@ class ReadOptions:
     use_threads: bool = True  # Parquet columns decoded on pyarrow's thread pool (off: on the calling thread)
     max_bytes: int | None = None  # a compressed file is refused once it decompresses to more (file-too-large)
     processes: int = 0  # > 1: a format whose reader holds the GIL reads a local file on a pool of processes
+    # Parquet columns read dictionary-encoded, as stored where they are (text whose few values repeat, such as
+    # prompts): decoding skips building each row's copy of the text
+    dictionary: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
