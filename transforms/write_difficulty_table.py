@@ -1,13 +1,12 @@
-"""WriteDifficultyTable: every bucket's Tallies and every group's counts -> one staged Parquet table.
+"""WriteDifficultyTable: every bucket's merged rows and every group's counts -> one staged Parquet table.
 
-The rows are grouped in one place (one row a prompt: small next to the rollouts) and sorted by key,
+The rows are gathered in one place (one row a prompt: small next to the rollouts) and sorted by key,
 so the file's bytes do not depend on the runner. The table is written under a staging name; the
 command commits it (a rename into the folder, or one Delta commit) once the pipeline has finished.
 """
 from __future__ import annotations
 
 import json
-import pickle
 
 import apache_beam as beam
 
@@ -27,14 +26,12 @@ class WriteTableFn(beam.DoFn):
     def __init__(self, settings: DifficultySettings, directory: str, name: str, record: dict):
         self._settings, self._directory, self._name, self._record = settings, directory, name, record
 
-    def process(self, grouped, group_counts):
-        _, pickled = grouped
-        merged = [pickle.loads(value).table for value in pickled]
+    def process(self, _, tallies, group_counts):
         counts = dict.fromkeys(COUNTS, 0)
         for value in group_counts:
             for name in COUNTS:
                 counts[name] += value[name]
-        table = difficulty_table.from_rows(merged, self._settings.by, self._settings.ks)
+        table = difficulty_table.from_rows([rows.table for _, rows in tallies], self._settings.by, self._settings.ks)
         # the counts of this pass beside the table, not in it: a table built run by run is byte for byte
         # the table built at once
         write_bytes_atomically(json.dumps(counts, sort_keys=True).encode(), self._directory,
@@ -52,10 +49,10 @@ class WriteDifficultyTable(beam.PTransform):
         self._fn = WriteTableFn(settings, directory, name, record)
 
     def expand(self, outputs):
-        # each bucket's rows under one key, grouped (not combined: the table is built once, from all of
-        # them); pickled here, as the runner's own coder does not know MergedRows. The counts come as a
-        # side input: small, and a Flatten of two stages' outputs would be a stage of its own.
-        return (outputs["tallies"]
-                | "KeyTallies" >> beam.MapTuple(lambda _, rows: (None, pickle.dumps(rows, pickle.HIGHEST_PROTOCOL)))
-                | "CollectTable" >> beam.GroupByKey()
-                | "WriteTable" >> beam.ParDo(self._fn, beam.pvalue.AsList(outputs[COUNTS_TAG])))
+        # written once, when every bucket's rows and every group's counts are in: one element, with both as
+        # side inputs (as Beam's own file sinks finalize). It is written when there are no rows too: an empty
+        # table. A bucket's rows are one element each, a few next to the rollouts.
+        return (outputs["tallies"].pipeline
+                | "Once" >> beam.Create([None])
+                | "WriteTable" >> beam.ParDo(self._fn, beam.pvalue.AsList(outputs["tallies"]),
+                                             beam.pvalue.AsList(outputs[COUNTS_TAG])))

@@ -231,3 +231,14 @@ def test_a_format_preset_reads_a_frameworks_dump(tmp_path):
             for p, r in rows.items()} == {"prompt 0": (6, 4, 14 / 15, 1, 2), "prompt 1": (2, 1, 1.0, 1, 1)}
     assert rows["prompt 0"]["prompt_key"] == hashlib.sha256(b"prompt 0").hexdigest()
     assert rows["prompt 0"]["mean_reward"] == 4.5 / 6
+
+
+def test_a_run_without_any_countable_unit_writes_an_empty_table_and_says_why(tmp_path):
+    """No file of the run can be keyed (no prompt column): nothing is counted, yet the table is written,
+    empty, and the summary counts the files it could not use (exit 3)."""
+    (tmp_path / "run-a").mkdir()
+    pq.write_table(pa.table({"step": [1, 1], "group_index": [0, 0], "rollout_id": [0, 1], "reward": [1.0, 0.0],
+                             "response_length": [2, 2]}), tmp_path / "run-a" / "a.parquet")
+    proc = run_cli("difficulty", "--input", tmp_path / "run-a", "--output", tmp_path / "t", check_codes=(3,))
+    assert "1 read (1 unreadable)" in proc.stdout and "table       0 rows" in proc.stdout
+    assert table(tmp_path / "t").num_rows == 0

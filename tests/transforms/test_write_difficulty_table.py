@@ -48,3 +48,14 @@ def test_write_difficulty_table_writes_every_bucket_in_key_order_and_sums_the_co
     assert table.column("pass_at_k_2").to_pylist()[table.column("prompt").to_pylist().index("a")] == 1.0
     assert json.loads(table.schema.metadata[LINEAGE_KEY]) == record
     assert json.loads((tmp_path / counts_name("_staged.parquet")).read_text()) == counts(3, 7)
+
+
+def test_without_any_units_the_table_is_written_empty(tmp_path, test_pipeline):
+    settings = DifficultySettings(("x",), str(tmp_path))
+    outputs = {"tallies": test_pipeline | "Tallies" >> beam.Create([]),
+               COUNTS: test_pipeline | "Counts" >> beam.Create([counts(1, 0)])}
+    written = outputs | WriteDifficultyTable(settings, str(tmp_path), "_staged.parquet", {"kind": "difficulty"})
+    assert_that(written, equal_to([counts(1, 0)]))
+    test_pipeline.run().wait_until_finish()
+    table = pq.read_table(tmp_path / "_staged.parquet")
+    assert table.num_rows == 0 and table.schema.names == from_rows([], None, ()).schema.names
