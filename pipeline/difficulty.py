@@ -53,7 +53,7 @@ from rollout_relabel.transforms.write_difficulty_table import WriteDifficultyTab
 TABLE_NAME = "part-00000.parquet"  # the Parquet output's one table file (the rename is its commit)
 KEPT_NAME = "kept.parquet"         # --keep's default file in a Parquet output
 DELTA_LOG = "_delta_log"
-WORK_BYTES = 64 << 20  # stored input bytes a work (an element of the pipeline) packs at most
+PACK_BYTES = 64 << 20  # stored input bytes an element of the pipeline (a pack of works) holds at most
 
 
 @dataclass(frozen=True)
@@ -171,12 +171,12 @@ def _into(parsed: Parsed, settings: DifficultySettings, runs: list[RunInput], ke
         rows = sum(_file_rows(entry.path) for entry in existing[1])
         counts = {}
     else:
-        works = [work for run in new for work in run_works(run)]
+        elements = packs(new)
         if existing is not None:
-            works.insert(0, Work("", EXISTING, settings.labeling, tuple(existing[1])))
+            elements.insert(0, (Work("", EXISTING, settings.labeling, tuple(existing[1])),))
         staging, name = staging_place(settings, record)
         pipeline = test_pipeline if test_pipeline is not None else beam.Pipeline(options=parsed.options)
-        tallied = (pipeline | "ListWork" >> beam.Create(works, reshuffle=create_reshuffles(parsed.options))
+        tallied = (pipeline | "ListPacks" >> beam.Create(elements, reshuffle=create_reshuffles(parsed.options))
                    | "TallyDifficulty" >> TallyDifficulty(settings))
         _ = tallied | "WriteDifficultyTable" >> WriteDifficultyTable(settings, staging, name, record)
         with worker_output.logged():
@@ -286,21 +286,28 @@ def _listed(path: str, listed: dict) -> InputFile:
     return InputFile(path, "", int(meta.size_in_bytes), float(meta.last_updated_in_seconds))
 
 
-def run_works(run: RunInput) -> list[Work]:
-    """The run's elements of the pipeline: its groups (plan) packed in order into works of up to
-    WORK_BYTES of input each (a larger group is a work of its own). The runner pays per element, and a
-    work reads its next file while it labels one; a large run still spreads over several works."""
-    works: list[Work] = []
-    packed: list[list] = []
-    for group in plan(run):
-        size = sum(f.size for f in group)
-        if packed and sum(f.size for g in packed for f in g) + size > WORK_BYTES:
-            works.append(_work(run, packed))
-            packed = []
-        packed.append(group)
+def packs(runs: list[RunInput]) -> list[tuple[Work, ...]]:
+    """The elements of the pipeline: every run's groups (plan), in order, packed into elements of up to
+    PACK_BYTES of stored input each (a larger group is an element of its own); within an element, each
+    run's groups are one Work. The runner pays per element, and an element reads each next file (the
+    next run's first one too) while it labels one; a large run still spreads over several elements."""
+    elements: list[tuple[Work, ...]] = []
+    packed: list[tuple[RunInput, list]] = []  # (run, its groups in the element being packed)
+    size = 0
+    for run in runs:
+        for group in plan(run):
+            group_size = sum(f.size for f in group)
+            if packed and size + group_size > PACK_BYTES:
+                elements.append(tuple(_work(r, groups) for r, groups in packed))
+                packed, size = [], 0
+            if packed and packed[-1][0] is run:
+                packed[-1][1].append(group)
+            else:
+                packed.append((run, [group]))
+            size += group_size
     if packed:
-        works.append(_work(run, packed))
-    return works
+        elements.append(tuple(_work(r, groups) for r, groups in packed))
+    return elements
 
 
 def _work(run: RunInput, groups: list[list]) -> Work:

@@ -1,13 +1,14 @@
 """TallyDifficulty: file groups of each run -> tally batches -> one merged row per prompt key (and run or step).
 
-Each element is a Work (a group of one run's files that share no batch with its other files, or the rows
-of the table being added to); a DoFn turns it into its tally batch with tally_states (an Arrow table, a
-row per key: transforms/lib/difficulty/tally_batch.py) and sends it on cut by hash bucket of the key
-(tally_batch.BUCKETS buckets, the same for every group and run), not an element per prompt. CombinePerKey gathers
+Each element is a pack of Works (each one run's groups of files, a group sharing no batch with the run's
+other files; or the rows of the table being added to); a DoFn turns each work into its tally batch with
+tally_pack (an Arrow table, a row per key: transforms/lib/difficulty/tally_batch.py) and sends it on cut
+by hash bucket of the key (tally_batch.BUCKETS buckets, the same for every group and run), not an
+element per prompt. CombinePerKey gathers
 the batches of one bucket from every group and run, and DifficultyCombineFn merges them once they are all
 in, with one Arrow group-by, so the runner's per-element cost is paid per bucket: a run of all-different
 prompts costs no more elements than one of a few. Merging is exact and order-free, so the result does not
-depend on the runner's split. The counts of each group (files, rows, dead rows, units) leave on the COUNTS
+depend on the runner's split. The counts of each work (files, rows, dead rows, units) leave on the COUNTS
 output.
 """
 from __future__ import annotations
@@ -19,7 +20,7 @@ from apache_beam import pvalue
 from rollout_relabel.transforms.dofns import CoreDoFn
 from rollout_relabel.transforms.lib.difficulty import tally_batch
 from rollout_relabel.transforms.lib.difficulty.difficulty_settings import DifficultySettings
-from rollout_relabel.transforms.lib.difficulty.units import Work, tally_states
+from rollout_relabel.transforms.lib.difficulty.units import Work, tally_pack
 from rollout_relabel.transforms.metrics import counter
 
 COUNTS = "counts"
@@ -103,8 +104,8 @@ class TallyWorkFn(CoreDoFn):
         super().__init__(settings.device)
         self._settings = settings
 
-    def process(self, work: Work):
-        for item in tally_states(work, self._settings, self.device):
+    def process(self, pack: tuple[Work, ...]):
+        for item in tally_pack(pack, self._settings, self.device):
             if isinstance(item, dict):
                 counter("difficulty_units").inc(item["units"])
                 yield pvalue.TaggedOutput(COUNTS, item)
@@ -113,8 +114,8 @@ class TallyWorkFn(CoreDoFn):
 
 
 class TallyDifficulty(beam.PTransform):
-    """PCollection[Work] -> (bucket, MergedRows) per bucket, each key once (main), and counts dicts
-    (COUNTS)."""
+    """PCollection[tuple[Work, ...]] (packs of works: pipeline/difficulty.py's elements) -> (bucket,
+    MergedRows) per bucket, each key once (main), and counts dicts (COUNTS), one a work."""
 
     def __init__(self, settings: DifficultySettings):
         super().__init__()

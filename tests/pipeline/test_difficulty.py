@@ -111,20 +111,21 @@ def test_the_same_inputs_give_the_same_bytes(runs, tmp_path):
     assert (tmp_path / "a" / TABLE).read_bytes() == (tmp_path / "b" / TABLE).read_bytes()
 
 
-def test_a_runs_groups_are_packed_into_works_and_the_table_does_not_depend_on_the_packing(runs, tmp_path,
-                                                                                          monkeypatch):
+def test_runs_groups_are_packed_into_elements_and_the_table_does_not_depend_on_the_packing(runs, tmp_path,
+                                                                                           monkeypatch):
     from rollout_relabel.pipeline import difficulty as command
     from rollout_relabel.transforms.lib.difficulty.difficulty_settings import DifficultySettings
 
-    (run,) = command.resolve_runs(DifficultySettings((str(runs / "run-1"),), str(tmp_path / "t")))
-    groups = command.plan(run)
+    one, two = command.resolve_runs(DifficultySettings((str(runs / "run-1"), str(runs / "run-2")), str(tmp_path / "t")))
+    groups = command.plan(one)
     assert len(groups) == SPEC.steps
-    (work,) = command.run_works(run)  # a small run: one element
+    ((work, other),) = command.packs([one, two])  # small runs: one element, a work a run
     assert work.entries == tuple(f for g in groups for f in g) and work.group_sizes == tuple(map(len, groups))
-    inputs = (runs / "run-1", runs / "dumps")
+    assert (work.run, other.run) == ("run-1", "run-2") and other.group_sizes == tuple(map(len, command.plan(two)))
+    inputs = (runs / "run-1", runs / "run-2", runs / "dumps")
     run_cli("difficulty", "--input", *inputs, "--output", tmp_path / "packed", "--by", "step")
-    monkeypatch.setattr(command, "WORK_BYTES", 1)  # every group a work of its own
-    assert [w.group_sizes for w in command.run_works(run)] == [(len(g),) for g in groups]
+    monkeypatch.setattr(command, "PACK_BYTES", 1)  # every group an element of its own
+    assert [[w.group_sizes for w in pack] for pack in command.packs([one])] == [[(len(g),)] for g in groups]
     run_cli("difficulty", "--input", *inputs, "--output", tmp_path / "apart", "--by", "step")
     assert (tmp_path / "packed" / TABLE).read_bytes() == (tmp_path / "apart" / TABLE).read_bytes()
 

@@ -43,10 +43,11 @@ def test_tally_difficulty_combines_every_group_of_every_run(tmp_path, test_pipel
     # a table written before: prompt "a" seen in one run, 4 units, 1 pass, steps 0..0
     pq.write_table(build([((sha("a"),), Tally(4, 1, [1.0], (), 1, 0, 0, "a"))], None, ()), existing)
     existing_entry = expand_inputs([str(existing)], str(tmp_path / "out"))[0]
-    works = [Work("r1", ROLLOUTS, Labeling(), run_files(tmp_path / "r1", 5, [1.0, 0.0, 0.5])),
-             Work("r2", ROLLOUTS, Labeling(), run_files(tmp_path / "r2", 9, [1.0, 1.0])),
-             Work("", EXISTING, Labeling(), (existing_entry,))]
-    outputs = test_pipeline | beam.Create(works) | TallyDifficulty(settings)
+    # two packs: the table's rows, then both runs in one (one read-ahead thread across them)
+    packs = [(Work("", EXISTING, Labeling(), (existing_entry,)),),
+             (Work("r1", ROLLOUTS, Labeling(), run_files(tmp_path / "r1", 5, [1.0, 0.0, 0.5])),
+              Work("r2", ROLLOUTS, Labeling(), run_files(tmp_path / "r2", 9, [1.0, 1.0])))]
+    outputs = test_pipeline | beam.Create(packs) | TallyDifficulty(settings)
     shown = outputs["tallies"] | beam.FlatMapTuple(
         lambda bucket, rows: [(key[0], *row, bucket == bucket_of(key)) for key, row in rows])
     assert_that(shown, equal_to([(sha("a"), 9, 4, (4.5,), 3, 0, 9, "a", True),

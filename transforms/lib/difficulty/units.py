@@ -43,8 +43,8 @@ COUNTS = ("files", "files_unreadable", "rows_in", "rows_dead", "units", "units_w
 
 @dataclass(frozen=True)
 class Work:
-    """One element of the stage: groups of one run's files, each group sharing no batch with the run's
-    other files (a batch never spans two groups, so each group is labelled alone)."""
+    """Groups of one run's files, each group sharing no batch with the run's other files (a batch never
+    spans two groups, so each group is labelled alone); an element of the stage packs one or more."""
     run: str
     kind: str  # settings.ROLLOUTS, TRAINING_ROWS or EXISTING (the rows of the table being added to)
     labeling: Labeling
@@ -71,81 +71,105 @@ class _FileUnits:
 def tally_states(work: Work, settings: DifficultySettings, device: str = "cpu") -> Iterator[pa.Table | dict]:
     """The work's tally batch (tally_batch.BATCH: a row per key its units have), then one dict of counts
     (COUNTS); `device` runs the core (the resolved one: cpu or cuda)."""
-    if work.kind == EXISTING:
-        for entry in work.entries:
-            yield tally_batch.existing(read_input(entry, max_bytes=settings.max_file_bytes)[0], settings.by)
-        return
-    counts = dict.fromkeys(COUNTS, 0)
-    files: dict[str, _FileUnits] = {}
-    units: list[tuple[str, np.ndarray]] = []  # (source, its unit rows)
-    labeling = work.labeling if work.kind != TRAINING_ROWS else dataclasses.replace(work.labeling, batch_from="file")
-    columns = _columns(labeling, settings, training_rows=work.kind == TRAINING_ROWS)
-    encoded = _encoded_columns(labeling)
+    return tally_pack((work,), settings, device)
 
-    keys_of: dict[str, FileKeys | BadFile] = {}  # a file read -> its rows' prompt keys (or why it has none)
 
-    def read(entry):
-        # on the read-ahead thread, which decodes on itself: pyarrow's own pool would take turns for the
-        # core the labelling thread uses
-        table, metadata = read_input(entry, columns, settings.max_file_bytes, use_threads=False, dictionary=encoded)
+def tally_pack(works: Sequence[Work], settings: DifficultySettings, device: str = "cpu"
+               ) -> Iterator[pa.Table | dict]:
+    """tally_states of each work in turn, with one read-ahead thread for all their files: while one file
+    is slimmed and labelled, the next is read, the next work's first one too. pyarrow decodes without the
+    GIL, so a local run (one thread of Beam's) decodes on another core meanwhile."""
+    readers = {id(work): _Reader(work, settings) for work in works if work.kind != EXISTING}
+    planned = [(work, entry) for work in works if work.kind != EXISTING for entry in work.entries]
+    with ThreadPoolExecutor(1, thread_name_prefix="read-ahead") as pool:
+        reads = _one_ahead(planned, lambda item: readers[id(item[0])].read(item[1]), pool)
+        for work in works:
+            if work.kind == EXISTING:
+                for entry in work.entries:
+                    yield tally_batch.existing(read_input(entry, max_bytes=settings.max_file_bytes)[0], settings.by)
+            else:
+                yield from _tally_read(work, readers[id(work)].labeling, reads, settings, device)
+
+
+class _Reader:
+    """How a work's files are read on the read-ahead thread: the columns its labelling and keys need, and
+    each file's prompt keys, computed there too (hashing the prompts balances the two threads' work)."""
+
+    def __init__(self, work: Work, settings: DifficultySettings):
+        self.labeling = (work.labeling if work.kind != TRAINING_ROWS
+                         else dataclasses.replace(work.labeling, batch_from="file"))
+        self.columns = _columns(self.labeling, settings, training_rows=work.kind == TRAINING_ROWS)
+        self.encoded = _encoded_columns(self.labeling)
+        self.settings = settings
+
+    def read(self, entry: InputFile) -> tuple[pa.Table, dict, FileKeys | BadFile]:
+        """(the rows, the batch metadata, the rows' prompt keys or why there are none). On the read-ahead
+        thread, which decodes on itself: pyarrow's own pool would take turns for the core the labelling
+        thread uses."""
+        settings = self.settings
+        table, metadata = read_input(entry, self.columns, settings.max_file_bytes, use_threads=False,
+                                     dictionary=self.encoded)
         if settings.prompt_key is None and not any(c in table.column_names for c in PROMPT_TEXT_COLUMNS):
             # prompts given by their tokens only: the heavy column is read for these files alone
             tokens, _ = read_input(entry, (TOKENS_COLUMN,), settings.max_file_bytes, use_threads=False)
             if TOKENS_COLUMN in tokens.column_names:
                 table = table.append_column(TOKENS_COLUMN, tokens.column(TOKENS_COLUMN))
-        try:  # here too: hashing the prompts balances the two threads' work
-            keys: FileKeys | BadFile = file_keys(mapped_columns(table, labeling.columns), entry.path,
+        try:
+            keys: FileKeys | BadFile = file_keys(mapped_columns(table, self.labeling.columns), entry.path,
                                                  settings.prompt_key)
         except BadFile as bad:
             keys = bad
         return table, metadata, keys
 
-    # while one file is slimmed and labelled, the next is read on a second thread: pyarrow decodes without
-    # the GIL, so a local run (one thread of Beam's) decodes on another core meanwhile
-    with ThreadPoolExecutor(1, thread_name_prefix="read-ahead") as pool:
-        reads = _one_ahead(work.entries, read, pool)
 
-        def read_next(entry: InputFile) -> tuple[pa.Table, dict]:
-            planned, found = next(reads)
-            if planned is not entry:
-                raise RuntimeError(f"{entry.path} was read out of its work's order")
-            table, metadata, keys_of[entry.path] = found.result()
-            return table, metadata
+def _tally_read(work: Work, labeling: Labeling, reads: Iterator, settings: DifficultySettings, device: str
+                ) -> Iterator[pa.Table | dict]:
+    """One work's tally batch and counts, its files taken from `reads` (_one_ahead's) in order."""
+    counts = dict.fromkeys(COUNTS, 0)
+    files: dict[str, _FileUnits] = {}
+    units: list[tuple[str, np.ndarray]] = []  # (source, its unit rows)
+    keys_of: dict[str, FileKeys | BadFile] = {}  # a file read -> its rows' prompt keys (or why it has none)
 
-        for group in work.groups():
-            buckets = Buckets()
-            for item in read_slim(group, read_next, labeling):
-                counts["files"] += 1
-                if isinstance(item, Unreadable):
-                    counts["files_unreadable"] += 1
-                    keys_of.pop(item.source, None)
-                    continue
-                try:
-                    files[item.source] = _file_units(item.table, item.metadata, item.parts, keys_of.pop(item.source),
-                                                     labeling)
-                    if work.kind == TRAINING_ROWS:
-                        units.append((item.source, _marked_units(item.table, item.parts, item.source)))
-                except BadFile:
-                    counts["files_unreadable"] += 1
-                    files.pop(item.source, None)
-                    continue
-                counts["rows_in"] += item.table.num_rows
-                if work.kind != TRAINING_ROWS:
-                    buckets.add(item)
-            for batch_key, parts, sizes in buckets.in_order():
-                batch = label_batch(batch_key, parts, sizes, labeling, device)
-                counts["rows_dead"] += batch.dead.num_rows
-                for source, result in batch.results.items():
-                    mainstream = np.asarray(result.column(MAINSTREAM).to_numpy(zero_copy_only=False), dtype=bool)
-                    units.append((source, np.asarray(result.column("row"))[mainstream]))
+    def read_next(entry: InputFile) -> tuple[pa.Table, dict]:
+        (planned_work, planned), found = next(reads)
+        if planned is not entry or planned_work is not work:
+            raise RuntimeError(f"{entry.path} was read out of its work's order")
+        table, metadata, keys_of[entry.path] = found.result()
+        return table, metadata
+
+    for group in work.groups():
+        buckets = Buckets()
+        for item in read_slim(group, read_next, labeling):
+            counts["files"] += 1
+            if isinstance(item, Unreadable):
+                counts["files_unreadable"] += 1
+                keys_of.pop(item.source, None)
+                continue
+            try:
+                files[item.source] = _file_units(item.table, item.metadata, item.parts, keys_of.pop(item.source),
+                                                 labeling)
+                if work.kind == TRAINING_ROWS:
+                    units.append((item.source, _marked_units(item.table, item.parts, item.source)))
+            except BadFile:
+                counts["files_unreadable"] += 1
+                files.pop(item.source, None)
+                continue
+            counts["rows_in"] += item.table.num_rows
+            if work.kind != TRAINING_ROWS:
+                buckets.add(item)
+        for batch_key, parts, sizes in buckets.in_order():
+            batch = label_batch(batch_key, parts, sizes, labeling, device)
+            counts["rows_dead"] += batch.dead.num_rows
+            for source, result in batch.results.items():
+                mainstream = np.asarray(result.column(MAINSTREAM).to_numpy(zero_copy_only=False), dtype=bool)
+                units.append((source, np.asarray(result.column("row"))[mainstream]))
     tallied = _tallies(work.run, files, units, settings, counts)
     if tallied is not None:
         yield tallied
     yield counts
 
 
-def _one_ahead(entries: Sequence[InputFile], fn: Callable, pool: ThreadPoolExecutor
-               ) -> Iterator[tuple[InputFile, Future]]:
+def _one_ahead(entries: Sequence, fn: Callable, pool: ThreadPoolExecutor) -> Iterator[tuple[object, Future]]:
     """(entry, the future of fn(entry)) for each entry in order; the next entry's is computed on the pool's
     thread while the caller waits on, and works with, this one."""
     ahead: Future | None = None

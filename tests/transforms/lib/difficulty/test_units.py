@@ -8,7 +8,7 @@ import pytest
 
 from rollout_relabel.transforms.core.config import CoreConfig
 from rollout_relabel.transforms.lib.difficulty.difficulty_settings import ROLLOUTS, DifficultySettings
-from rollout_relabel.transforms.lib.difficulty.units import Work, tally_work
+from rollout_relabel.transforms.lib.difficulty.units import Work, tally_pack, tally_states, tally_work
 from rollout_relabel.transforms.lib.io.inputs import expand_inputs
 from rollout_relabel.transforms.lib.settings import Labeling
 
@@ -134,6 +134,23 @@ def test_files_are_read_ahead_in_order_and_an_unreadable_one_between_is_counted(
     counts = found.pop()
     assert found_counts(dict(found), "p") == (2, 1)
     assert (counts["files"], counts["files_unreadable"], counts["rows_in"]) == (3, 1, 2)
+
+
+def test_a_pack_tallies_each_work_alone_through_one_read_ahead(tmp_path):
+    """Two runs' works in one pack: each gives its own tally batch (its run) and counts, in order, as each
+    alone does; an unreadable file at the start of the second is counted there."""
+    first = write_step_files(tmp_path / "run-a", {"a.parquet": {"reward": [1.0]}})
+    write_step_files(tmp_path / "run-b", {"c.parquet": {"reward": [0.0]}})
+    (tmp_path / "run-b" / "b.parquet").write_bytes(b"not parquet")
+    second = tuple(expand_inputs([str(tmp_path / "run-b")], str(tmp_path / "out")))
+    settings = DifficultySettings(("in",), "out")
+    works = (Work("run-a", ROLLOUTS, Labeling(), first), Work("run-b", ROLLOUTS, Labeling(), second, (1, 1)))
+    found = list(tally_pack(works, settings))
+    assert [type(item) for item in found] == [pa.Table, dict, pa.Table, dict]
+    assert [batch.column("seen_in").to_pylist() for batch in found[::2]] == [["run-a"], ["run-b"]]
+    assert [(c["files"], c["files_unreadable"], c["units"]) for c in found[1::2]] == [(1, 0, 1), (2, 1, 1)]
+    alone = [item for work in works for item in tally_states(work, settings)]
+    assert all(a.equals(b) if isinstance(a, pa.Table) else a == b for a, b in zip(found, alone, strict=True))
 
 
 def test_settings_refuse_filters_and_bad_values():
