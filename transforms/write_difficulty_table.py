@@ -36,7 +36,8 @@ class WriteTableFn(beam.DoFn):
         # the table built at once
         write_bytes_atomically(json.dumps(counts, sort_keys=True).encode(), self._directory,
                                counts_name(self._name))
-        write_parquet_atomically(table, self._directory, self._name, lineage=self._record)
+        write_parquet_atomically(table, self._directory, self._name, lineage=self._record,
+                                 distinct=difficulty_table.DISTINCT)
         yield counts
 
 

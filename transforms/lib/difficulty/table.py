@@ -17,6 +17,9 @@ from rollout_relabel.transforms.lib.difficulty.tally import Tally, pass_at_k
 # the table's key and kept columns, named where the rows they come from are made
 KEY, RUN, STEP = tally_batch.KEY, tally_batch.RUN, tally_batch.STEP
 PROMPT, PARTS = tally_batch.PROMPT, tally_batch.PARTS
+# columns holding (nearly) a value a row, where a dictionary costs time and gains no space: the key, and
+# its prompt (repeated only under --by, or by keys of a --prompt-key that share a prompt)
+DISTINCT = (KEY, PROMPT)
 NUMBERS = ("rollouts", "passes", "pass_rate", "mean_reward", "runs", "first_step", "last_step")
 # the table's own record, in the Parquet file's metadata and each Delta commit's info
 RECORD_KEY = "rollout_relabel_difficulty"

@@ -19,14 +19,17 @@ _WRITER = uuid.uuid4().hex[:12]
 LINEAGE_KEY = b"rollout_relabel"
 
 
-def write_parquet_atomically(table: pa.Table, directory: str, name: str, lineage: dict | None = None) -> None:
-    """Write `table` as directory/name; the final name appears only once the file is complete."""
+def write_parquet_atomically(table: pa.Table, directory: str, name: str, lineage: dict | None = None,
+                             distinct: tuple[str, ...] = ()) -> None:
+    """Write `table` as directory/name; the final name appears only once the file is complete. `distinct`:
+    columns whose every value differs (a key), which a dictionary would only slow down."""
     if lineage is not None:
         metadata = dict(table.schema.metadata or {})
         metadata[LINEAGE_KEY] = json.dumps(lineage, sort_keys=True).encode()
         table = table.replace_schema_metadata(metadata)
-    _write_atomically(directory, name, lambda handle: pq.write_table(
-        table, handle, **parquet_write_options(table.schema)))
+    options = parquet_write_options(table.schema)
+    options["use_dictionary"] = [column for column in options["use_dictionary"] if column not in distinct]
+    _write_atomically(directory, name, lambda handle: pq.write_table(table, handle, **options))
 
 
 def write_excluded(table: pa.Table, directory: str, name: str, kind: str, lineage: dict) -> ExcludedWritten:
