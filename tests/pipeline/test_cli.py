@@ -76,6 +76,25 @@ def test_the_collector_is_off_only_while_the_command_imports(monkeypatch):
         gc.unfreeze()
 
 
+def test_the_command_takes_jemalloc_unless_the_user_named_a_pool(monkeypatch):
+    import pyarrow as pa
+
+    from rollout_relabel.pipeline.cli import MEMORY_POOL_ENV, choose_memory_pool
+
+    before = pa.default_memory_pool()
+    has_jemalloc = "jemalloc" in pa.supported_memory_backends()
+    try:
+        monkeypatch.delenv(MEMORY_POOL_ENV, raising=False)
+        choose_memory_pool()
+        assert pa.default_memory_pool().backend_name == ("jemalloc" if has_jemalloc else before.backend_name)
+        pa.set_memory_pool(before)
+        monkeypatch.setenv(MEMORY_POOL_ENV, "system")  # the user's choice (pyarrow read it when it started)
+        choose_memory_pool()
+        assert pa.default_memory_pool().backend_name == before.backend_name
+    finally:
+        pa.set_memory_pool(before)
+
+
 def edge(work, capsys):
     """at_the_edge on work(): (exit code, stdout, stderr)."""
     from rollout_relabel.pipeline.cli import at_the_edge
