@@ -50,15 +50,17 @@ def entry() -> None:
 
 
 def choose_memory_pool() -> None:
-    """Arrow's buffers in this process come from jemalloc where this pyarrow build has it, unless the user
-    named a pool (pyarrow's ARROW_DEFAULT_MEMORY_POOL). Against pyarrow's default (mimalloc), which soon
-    hands freed pages back and faults them in again for the next file, it measured faster on
-    `relabel difficulty` and with a lower peak on `relabel run` (docs/performance.md)."""
-    import pyarrow as pa
+    """Arrow's buffers in this process (and the processes it starts) come from jemalloc on Linux, unless the
+    user named a pool in pyarrow's ARROW_DEFAULT_MEMORY_POOL. Against pyarrow's default (mimalloc), which
+    soon hands freed pages back and faults them in again for the next file, it measured faster on
+    `relabel difficulty` and with a lower peak on `relabel run` (docs/performance.md).
 
-    if os.environ.get(MEMORY_POOL_ENV) or "jemalloc" not in pa.supported_memory_backends():
-        return
-    pa.set_memory_pool(pa.jemalloc_memory_pool())
+    Arrow fixes its pool when pyarrow is first imported, so this runs before that, and by the variable:
+    pyarrow's set_memory_pool would reach only the allocations made through pyarrow's Python layer.
+    pyarrow's Linux wheels have jemalloc; elsewhere the default stays (macOS and Windows wheels lack it).
+    """
+    if sys.platform.startswith("linux"):
+        os.environ.setdefault(MEMORY_POOL_ENV, "jemalloc")
 
 
 def main(argv: list[str] | None = None) -> int:

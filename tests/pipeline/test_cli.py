@@ -1,4 +1,6 @@
 """The CLI edge: each command's help, Beam's options on demand, usage errors as one line (exit 2)."""
+import os
+
 import pytest
 
 from rollout_relabel.pipeline.flags import HELP_TOPICS, PARSERS
@@ -76,23 +78,30 @@ def test_the_collector_is_off_only_while_the_command_imports(monkeypatch):
         gc.unfreeze()
 
 
-def test_the_command_takes_jemalloc_unless_the_user_named_a_pool(monkeypatch):
+def test_the_command_takes_jemalloc_on_linux_unless_the_user_named_a_pool(monkeypatch):
+    import subprocess
+    import sys
+
     import pyarrow as pa
 
     from rollout_relabel.pipeline.cli import MEMORY_POOL_ENV, choose_memory_pool
 
-    before = pa.default_memory_pool()
-    has_jemalloc = "jemalloc" in pa.supported_memory_backends()
-    try:
-        monkeypatch.delenv(MEMORY_POOL_ENV, raising=False)
-        choose_memory_pool()
-        assert pa.default_memory_pool().backend_name == ("jemalloc" if has_jemalloc else before.backend_name)
-        pa.set_memory_pool(before)
-        monkeypatch.setenv(MEMORY_POOL_ENV, "system")  # the user's choice (pyarrow read it when it started)
-        choose_memory_pool()
-        assert pa.default_memory_pool().backend_name == before.backend_name
-    finally:
-        pa.set_memory_pool(before)
+    here = "jemalloc" if sys.platform.startswith("linux") else pa.default_memory_pool().backend_name
+    monkeypatch.setattr(sys, "platform", "darwin")
+    monkeypatch.delenv(MEMORY_POOL_ENV, raising=False)
+    choose_memory_pool()
+    assert MEMORY_POOL_ENV not in os.environ  # wheels without jemalloc: pyarrow's default stays
+    monkeypatch.setattr(sys, "platform", "linux")
+    monkeypatch.setenv(MEMORY_POOL_ENV, "system")
+    choose_memory_pool()
+    assert os.environ[MEMORY_POOL_ENV] == "system"  # the user's choice
+
+    # in a fresh process, as the console command runs it: before pyarrow's import, and Arrow then uses it
+    env = {k: v for k, v in os.environ.items() if k != MEMORY_POOL_ENV}
+    pool = subprocess.run([sys.executable, "-c", "from rollout_relabel.pipeline.cli import choose_memory_pool; "
+                           "choose_memory_pool(); import pyarrow as pa; print(pa.default_memory_pool().backend_name)"],
+                          env=env, capture_output=True, text=True, check=True).stdout.strip()
+    assert pool == here
 
 
 def edge(work, capsys):
