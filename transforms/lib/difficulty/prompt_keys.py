@@ -26,7 +26,7 @@ import pyarrow.compute as pc
 
 from rollout_relabel.transforms.core.reasons import Reason
 from rollout_relabel.transforms.lib.errors import BadFile
-from rollout_relabel.transforms.lib.io.columns import fill, lookup_path, one_array
+from rollout_relabel.transforms.lib.io.columns import fill, is_text, lookup_path, one_array
 
 PROMPT_COLUMN = "prompt"
 # where the prompt's text is, in order: ours, slime's, miles', AReaL's and TRL's `prompt`; verl's
@@ -95,10 +95,6 @@ def _encoded(column: pa.ChunkedArray) -> tuple[np.ndarray, list]:
     return codes, chunks[0].dictionary.to_pylist()
 
 
-def _is_text(kind: pa.DataType) -> bool:
-    return pa.types.is_string(kind) or pa.types.is_large_string(kind)
-
-
 def _prompt_codes(table: pa.Table, source: str, required: bool) -> tuple[np.ndarray, list[str], list[str]]:
     """(code per row, -1 where it has no prompt; each code's prompt as the text that is hashed, or as token
     ids in JSON text for a prompt given by its tokens; each code's SHA-256)."""
@@ -106,9 +102,9 @@ def _prompt_codes(table: pa.Table, source: str, required: bool) -> tuple[np.ndar
     name = next((c for c in PROMPT_TEXT_COLUMNS if c in table.column_names), None)
     if name is not None:
         kind = table.column(name).type
-        if pa.types.is_dictionary(kind) and _is_text(kind.value_type):  # read dictionary-encoded
+        if pa.types.is_dictionary(kind) and is_text(kind.value_type):  # read dictionary-encoded
             codes, texts = _encoded(table.column(name))
-        elif _is_text((column := one_array(table.column(name))).type):
+        elif is_text((column := one_array(table.column(name))).type):
             codes, texts = _dictionary(column)
         else:
             codes, texts = _by_text([None if v is None else canonical_json(v) for v in column.to_pylist()])

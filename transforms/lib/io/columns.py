@@ -69,10 +69,10 @@ def usable_columns(table, source, problem, details):
             expected = "a list of integers"
         elif name == "remove_sample" and not pa.types.is_boolean(column.type):
             expected = "booleans"
-        elif name in TEXT_COLUMNS and pa.types.is_dictionary(column.type) and _is_text(column.type.value_type):
+        elif name in TEXT_COLUMNS and pa.types.is_dictionary(column.type) and is_text(column.type.value_type):
             table = table.set_column(table.column_names.index(name), name, pc.cast(column, pa.string()))
             continue
-        elif name in TEXT_COLUMNS and not _is_text(column.type):
+        elif name in TEXT_COLUMNS and not is_text(column.type):
             expected = "strings"
         if expected:
             if name == "step":
@@ -96,14 +96,15 @@ def key_column(column):
         return column
     if pa.types.is_floating(kind) and integral(column):
         return pc.cast(column, pa.int64())
-    if _is_text(kind):
+    if is_text(kind):
         return pc.cast(column, pa.string()) if pa.types.is_large_string(kind) else column
     if pa.types.is_floating(kind) or pa.types.is_boolean(kind) or pa.types.is_decimal(kind):
         return pc.cast(column, pa.string())
     return None
 
 
-def _is_text(kind) -> bool:
+def is_text(kind: pa.DataType) -> bool:
+    """Whether an Arrow type is text (string or large_string)."""
     return pa.types.is_string(kind) or pa.types.is_large_string(kind)
 
 
@@ -195,9 +196,9 @@ def lookup_path(table, path, what="baseline"):
                 where = ".".join([top] + steps[:depth])
                 return None, f"{where} has no field {step!r} (fields: {', '.join(f.name for f in kind)})"
             values = pc.struct_field(values, step)
-        elif pa.types.is_map(kind) and _is_text(kind.key_type):
+        elif pa.types.is_map(kind) and is_text(kind.key_type):
             values = pc.map_lookup(values, pa.scalar(step, kind.key_type), "first")
-        elif _is_text(kind):
+        elif is_text(kind):
             return json_values(values, steps[depth:]), None
         else:
             return None, f"{'.'.join([top] + steps[:depth])} has type {kind}: no field {step!r} in it"

@@ -21,7 +21,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from rollout_relabel.transforms.core.reasons import Reason
-from rollout_relabel.transforms.lib.io.columns import fill, flag, is_number, lookup_path, note
+from rollout_relabel.transforms.lib.io.columns import fill, flag, is_number, is_text, lookup_path, note
 from rollout_relabel.transforms.lib.settings import Labeling
 
 
@@ -163,7 +163,7 @@ def as_numbers(values) -> np.ndarray:
     kind = values.type
     if is_number(kind) or pa.types.is_boolean(kind):  # an integer beyond 2^53 is rounded (version_values refuses it)
         return fill(pc.cast(values, pa.float64(), safe=False), np.nan).astype(np.float64)
-    if pa.types.is_string(kind) or pa.types.is_large_string(kind):
+    if is_text(kind):
         out = np.full(len(values), np.nan)
         for i, text in enumerate(values.to_pylist()):  # text versions are rare: a loop over rows is fine
             try:

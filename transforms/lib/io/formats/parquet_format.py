@@ -13,6 +13,7 @@ import pyarrow.parquet as pq
 from rollout_relabel.transforms.core.reasons import Reason
 from rollout_relabel.transforms.lib.errors import BadFile
 from rollout_relabel.transforms.lib.io import filesystem
+from rollout_relabel.transforms.lib.io.columns import is_text
 from rollout_relabel.transforms.lib.io.formats.format import Footer, Format, ReadOptions, steps_in, tail
 
 SUFFIX = ".parquet"  # also what relabel writes: the output part files are named with it
@@ -37,7 +38,7 @@ def read(path: str, columns, options: ReadOptions):
             wanted = None if columns is None else [c for c in columns if c in present]
             # pyarrow refuses a name that is not a text column of the file
             encoded = [c for c in options.dictionary if c in present and present.count(c) == 1
-                       and _stored_as_text(parquet.schema_arrow.field(c).type)]
+                       and is_text(parquet.schema_arrow.field(c).type)]
             if encoded:
                 parquet = pq.ParquetFile(handle, metadata=parquet.metadata, read_dictionary=encoded)
         except Exception as error:  # noqa: BLE001
@@ -51,10 +52,6 @@ def read(path: str, columns, options: ReadOptions):
         except Exception as error:  # noqa: BLE001
             raise BadFile(Reason.UNREADABLE_FILE, f"{path}: not a readable Parquet file: {error}") from error
     return table, {"step": None, "prompt_group_sizes": None}
-
-
-def _stored_as_text(kind: pa.DataType) -> bool:
-    return pa.types.is_string(kind) or pa.types.is_large_string(kind)
 
 
 def plan(path: str, size: int, step: str, max_bytes: int) -> Footer:
