@@ -60,17 +60,15 @@ def commit_file(staged: str, directory: str, name: str) -> None:
 
 def _write_atomically(directory: str, name: str, write) -> None:
     """write(handle) fills a temporary file, streamed (never a whole copy in memory), then it is renamed."""
-    final = filesystem.join(directory, name)
     temp = filesystem.join(directory, f"{TEMP_PREFIX}{_WRITER}-{name}")
     try:
         with filesystem.create(temp) as handle:
             write(handle)
-        crash_point("before-rename", name)
-        _commit(temp, final, filesystem.join(directory, f"{OLD_PREFIX}{_WRITER}-{name}"))
+        commit_file(temp, directory, name)
     except BaseException:
-        filesystem.delete_existing([temp])  # a full disk, an interrupt: leave no temporary file behind
+        # a full disk, an interrupt: leave no temporary file behind (once renamed there is none to delete)
+        filesystem.delete_existing([temp])
         raise
-    crash_point("after-rename", name)
 
 
 def _commit(temp: str, final: str, old: str) -> None:
